@@ -1,0 +1,149 @@
+"""The roofline cost model: time of one forward pass of one model.
+
+A pass is (batch B, new positions per sequence P, cached context L). Idealized mode is the seed's
+picture, max(bytes / bandwidth, FLOPs / peak); calibrated mode applies the software stack's
+achievable fractions and its fixed per-call and per-layer costs; measured mode (see
+`specsim.measured`) interpolates pass times a real run recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from specsim.errors import ConfigError, DoesNotFitError
+from specsim.profiles import IDEAL_STACK, HardwareProfile, ModelProfile, StackProfile
+
+Mode = Literal["ideal", "calibrated"]
+
+
+@dataclass(frozen=True)
+class PassCost:
+    positions: int
+    batch: int
+    context: int
+    time_s: float
+    bytes: float
+    flops: float
+    bound: Literal["memory", "compute"]
+    memory_time_s: float
+    compute_time_s: float
+    overhead_time_s: float
+    comm_time_s: float
+
+    def as_dict(self) -> dict:
+        return {"positions": self.positions, "batch": self.batch, "context": self.context, "time_s": self.time_s,
+                "bytes": self.bytes, "flops": self.flops, "bound": self.bound}
+
+
+class CostModel:
+    """Pass times of one model on one (possibly tensor-parallel) hardware setup."""
+
+    def __init__(self, model: ModelProfile, hardware: HardwareProfile, stack: StackProfile | None = None,
+                 tp: int = 1, cross_context: int = 0):
+        if tp < 1:
+            raise ConfigError("tensor parallelism must be a positive integer", field="tp", value=tp, allowed=">= 1")
+        if tp > 1 and hardware.interconnect_bandwidth_gb_s is None:
+            raise ConfigError("tensor parallelism needs an interconnect", file=f"hardware profile {hardware.name}",
+                              field="interconnect_bandwidth_gb_s", allowed="set it to use --tp > 1")
+        self.model, self.hardware, self.tp = model, hardware, tp
+        self.stack = stack or IDEAL_STACK
+        self.cross_context = cross_context
+        self._bw = hardware.bandwidth_bytes_s * self.stack.bandwidth_fraction
+        self._peak = hardware.peak_flops(model.dtype) * self.stack.compute_fraction
+
+    @property
+    def mode(self) -> Mode:
+        return "ideal" if self.stack == IDEAL_STACK else "calibrated"
+
+    # --- the two sides of the roofline -------------------------------------------------------
+    def pass_bytes(self, batch: int, positions: int, context: int) -> float:
+        m = self.model
+        weights = m.step_params * m.bytes_per_param
+        kv_read = batch * context * m.kv_bytes_per_token
+        kv_write = batch * positions * m.kv_bytes_per_token
+        # T5 decoders re-read the encoder's cross-attention K/V every step.
+        cross = batch * self.cross_context * 2 * m.n_layers * m.n_heads * m.head_dim * m.bytes_per_param \
+            if m.architecture == "encoder-decoder" else 0.0
+        return (weights + kv_read + kv_write + cross) / self.tp
+
+    def pass_flops(self, batch: int, positions: int, context: int) -> float:
+        m = self.model
+        tokens = batch * positions
+        dense = 2.0 * m.matmul_params_per_token * tokens
+        # QK^T and AV: 2 matmuls x 2 FLOPs per multiply-add over the live keys (causal within the P new ones).
+        keys = context + (positions + 1) / 2.0
+        attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * keys * tokens
+        if m.architecture == "encoder-decoder":
+            attn += 4.0 * m.n_layers * m.n_heads * m.head_dim * self.cross_context * tokens
+        return (dense + attn) / self.tp
+
+    def comm_time_s(self, batch: int, positions: int) -> float:
+        """Two ring all-reduces of the activations per layer under tensor parallelism."""
+        if self.tp == 1:
+            return 0.0
+        hw = self.hardware
+        msg = batch * positions * self.model.d_model * self.model.bytes_per_param
+        ring = 2.0 * (self.tp - 1) / self.tp * msg / (hw.interconnect_bandwidth_gb_s * 1e9)
+        lat = (hw.interconnect_latency_us or 0.0) * 1e-6 * 2 * (self.tp - 1)
+        return 2 * self.model.n_layers * (ring + lat)
+
+    def pass_cost(self, batch: int = 1, positions: int = 1, context: int = 0) -> PassCost:
+        if batch < 1 or positions < 1 or context < 0:
+            raise ConfigError("a pass needs batch >= 1, positions >= 1, context >= 0", field="pass",
+                              value=(batch, positions, context))
+        b = self.pass_bytes(batch, positions, context)
+        f = self.pass_flops(batch, positions, context)
+        t_mem, t_cmp = b / self._bw, f / self._peak
+        s = self.stack
+        overhead = s.per_call_overhead_s + s.per_layer_overhead_s * self.model.n_layers
+        comm = self.comm_time_s(batch, positions)
+        return PassCost(positions=positions, batch=batch, context=context,
+                        time_s=max(t_mem, t_cmp) + overhead + comm, bytes=b, flops=f,
+                        bound="memory" if t_mem >= t_cmp else "compute", memory_time_s=t_mem,
+                        compute_time_s=t_cmp, overhead_time_s=overhead, comm_time_s=comm)
+
+    def pass_time_s(self, batch: int = 1, positions: int = 1, context: int = 0) -> float:
+        return self.pass_cost(batch, positions, context).time_s
+
+    def ridge_positions(self, batch: int = 1, context: int = 0) -> int:
+        """Smallest number of new positions per sequence at which the pass turns compute-bound."""
+        lo, hi = 1, 1
+        while self.pass_cost(batch, hi, context).bound == "memory":
+            hi *= 2
+            if hi > 1 << 24:
+                return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.pass_cost(batch, mid, context).bound == "memory":
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # --- memory --------------------------------------------------------------------------------
+    def memory_bytes(self, batch: int, context: int) -> float:
+        """Per chip: all weights (encoder included) plus the KV cache for batch x context."""
+        m = self.model
+        return (m.weight_bytes + batch * context * m.kv_bytes_per_token) / self.tp
+
+
+def check_fits(models: list[CostModel], batch: int, context: int) -> float:
+    """Refuse a setup whose weights + KV exceed the device memory; return the bytes used per chip."""
+    hw = models[0].hardware
+    cap = hw.memory_capacity_gb * 1e9
+    used = sum(cm.memory_bytes(batch, context) for cm in models)
+    if used > cap:
+        parts = ", ".join(
+            f"{cm.model.name}: weights {cm.model.weight_bytes / cm.tp / 1e9:.2f} GB + KV "
+            f"{batch * context * cm.model.kv_bytes_per_token / cm.tp / 1e9:.2f} GB" for cm in models)
+        raise DoesNotFitError(
+            f"does not fit: needs {used / 1e9:.2f} GB per chip ({parts}) at batch {batch}, context {context}, "
+            f"tp {models[0].tp}, but {hw.name} has {hw.memory_capacity_gb:g} GB; allowed: a larger --tp, a smaller "
+            f"batch or context, or a larger device")
+    return used
+
+
+def cost_ratio_c(target: CostModel, draft: CostModel, context: int = 0, batch: int = 1) -> float:
+    """c = T_draft / T_target for one decode step each, derived from the two pass times."""
+    return draft.pass_time_s(batch, 1, context) / target.pass_time_s(batch, 1, context)
