@@ -1,0 +1,48 @@
+"""SimConfig: the one typed description of a simulation point (CLI, sweeps and the API all build it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Policy = Literal["fixed", "optimal", "heuristic", "oracle"]
+
+
+class SimConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hardware: str = Field(description="hardware profile name or TOML path")
+    target: str = Field(description="target model profile name or TOML path")
+    draft: str = Field(description="draft model profile name or TOML path")
+    stack: str | None = Field(default=None, description="stack profile; None = the hardware's default_stack, "
+                                                      "'ideal' = idealized roofline")
+    tp: int = Field(default=1, ge=1, le=1024, description="tensor-parallel degree of the target (draft shares it)")
+
+    # acceptance: exactly one of alpha / trace
+    alpha: float | None = Field(default=None, ge=0, lt=1)
+    trace: str | None = Field(default=None, description="β trace file (parquet or CSV)")
+
+    # speculation
+    gamma: int = Field(default=4, ge=1, le=64, description="draft length (initial value for adaptive policies)")
+    policy: Policy = "fixed"
+    lenience: float = Field(default=1.0, gt=0, le=1, description="App. A.5 lenience l; 1 = exact")
+    fixed_c: float | None = Field(default=None, ge=0, lt=10,
+                                  description="override the cost model: target pass = 1 unit whatever its "
+                                              "positions (free verification), draft pass = c units")
+
+    # workload
+    batch: int = Field(default=1, ge=1, le=4096, description="closed loop: concurrent requests (max batch)")
+    rate: float | None = Field(default=None, gt=0, le=1e6, description="Poisson arrivals per second (open loop)")
+    max_batch: int | None = Field(default=None, ge=1, le=4096, description="batch cap under open-loop arrivals")
+    arrivals_csv: str | None = Field(default=None, description="replay arrivals: arrival_s,prompt_len,output_len")
+    requests: int = Field(default=64, ge=1, le=10_000_000)
+    prompt_len: int = Field(default=128, ge=1, le=10_000_000)
+    output_len: int = Field(default=128, ge=1, le=10_000_000)
+    seed: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_acceptance_source(self) -> "SimConfig":
+        if (self.alpha is None) == (self.trace is None):
+            raise ValueError("give exactly one of alpha and trace")
+        return self
