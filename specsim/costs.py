@@ -57,25 +57,27 @@ class CostModel:
         return "ideal" if self.stack == IDEAL_STACK else "calibrated"
 
     # --- the two sides of the roofline -------------------------------------------------------
-    def pass_bytes(self, batch: int, positions: int, context: int) -> float:
+    def pass_bytes(self, batch: int, positions: int, context: int, cross_context: int | None = None) -> float:
         m = self.model
+        cross_context = self.cross_context if cross_context is None else cross_context
         weights = m.step_params * m.bytes_per_param
         kv_read = batch * context * m.kv_bytes_per_token
         kv_write = batch * positions * m.kv_bytes_per_token
         # T5 decoders re-read the encoder's cross-attention K/V every step.
-        cross = batch * self.cross_context * 2 * m.n_layers * m.n_heads * m.head_dim * m.bytes_per_param \
+        cross = batch * cross_context * 2 * m.n_layers * m.n_heads * m.head_dim * m.bytes_per_param \
             if m.architecture == "encoder-decoder" else 0.0
         return (weights + kv_read + kv_write + cross) / self.tp
 
-    def pass_flops(self, batch: int, positions: int, context: int) -> float:
+    def pass_flops(self, batch: int, positions: int, context: int, cross_context: int | None = None) -> float:
         m = self.model
+        cross_context = self.cross_context if cross_context is None else cross_context
         tokens = batch * positions
         dense = 2.0 * m.matmul_params_per_token * tokens
         # QK^T and AV: 2 matmuls x 2 FLOPs per multiply-add over the live keys (causal within the P new ones).
         keys = context + (positions + 1) / 2.0
         attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * keys * tokens
         if m.architecture == "encoder-decoder":
-            attn += 4.0 * m.n_layers * m.n_heads * m.head_dim * self.cross_context * tokens
+            attn += 4.0 * m.n_layers * m.n_heads * m.head_dim * cross_context * tokens
         return (dense + attn) / self.tp
 
     def comm_time_s(self, batch: int, positions: int) -> float:
@@ -88,23 +90,40 @@ class CostModel:
         lat = (hw.interconnect_latency_us or 0.0) * 1e-6 * 2 * (self.tp - 1)
         return 2 * self.model.n_layers * (ring + lat)
 
-    def pass_cost(self, batch: int = 1, positions: int = 1, context: int = 0) -> PassCost:
+    def pass_cost(self, batch: int = 1, positions: int = 1, context: int = 0,
+                  cross_context: int | None = None) -> PassCost:
         if batch < 1 or positions < 1 or context < 0:
             raise ConfigError("a pass needs batch >= 1, positions >= 1, context >= 0", field="pass",
                               value=(batch, positions, context))
-        b = self.pass_bytes(batch, positions, context)
-        f = self.pass_flops(batch, positions, context)
+        b = self.pass_bytes(batch, positions, context, cross_context)
+        f = self.pass_flops(batch, positions, context, cross_context)
+        return self._finish(batch, positions, context, b, f, self.model.n_layers)
+
+    def _finish(self, batch: int, positions: int, context: int, b: float, f: float, layers: int) -> PassCost:
         t_mem, t_cmp = b / self._bw, f / self._peak
         s = self.stack
-        overhead = s.per_call_overhead_s + s.per_layer_overhead_s * self.model.n_layers
+        overhead = s.per_call_overhead_s + s.per_layer_overhead_s * layers
         comm = self.comm_time_s(batch, positions)
         return PassCost(positions=positions, batch=batch, context=context,
                         time_s=max(t_mem, t_cmp) + overhead + comm, bytes=b, flops=f,
                         bound="memory" if t_mem >= t_cmp else "compute", memory_time_s=t_mem,
                         compute_time_s=t_cmp, overhead_time_s=overhead, comm_time_s=comm)
 
-    def pass_time_s(self, batch: int = 1, positions: int = 1, context: int = 0) -> float:
-        return self.pass_cost(batch, positions, context).time_s
+    def pass_time_s(self, batch: int = 1, positions: int = 1, context: int = 0,
+                    cross_context: int | None = None) -> float:
+        return self.pass_cost(batch, positions, context, cross_context).time_s
+
+    def prefill_cost(self, batch: int, prompt_len: int) -> PassCost:
+        """Prompt processing at admission: the encoder for encoder-decoder models, else a decoder pass."""
+        m = self.model
+        if m.architecture == "decoder":
+            return self.pass_cost(batch, prompt_len, 0)
+        enc_layer = m.self_attention_params + m.ffn_params
+        tokens = batch * prompt_len
+        b = (m.n_encoder_layers * enc_layer * m.bytes_per_param) / self.tp
+        f = (2.0 * m.n_encoder_layers * enc_layer * tokens
+             + 4.0 * m.n_encoder_layers * m.n_heads * m.head_dim * prompt_len * tokens) / self.tp
+        return self._finish(batch, prompt_len, 0, b, f, m.n_encoder_layers)
 
     def ridge_positions(self, batch: int = 1, context: int = 0) -> int:
         """Smallest number of new positions per sequence at which the pass turns compute-bound."""

@@ -46,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print("specsim: aborted", file=sys.stderr)
         return (130)
     except Exception as e:  # click usage errors
-        import click
-        if isinstance(e, click.ClickException):
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (or typer's vendored) usage errors
             print(f"specsim: error: {e.format_message()}", file=sys.stderr)
             return (2)
         raise

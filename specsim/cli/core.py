@@ -1,0 +1,168 @@
+"""`specsim profiles`, `specsim theory`, `specsim roofline`: the closed forms and the cost model."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from specsim import profiles as prof
+from specsim.cli.output import emit_json, table
+from specsim.errors import ConfigError, check_range
+
+
+def _parse_int_list(text: str, field: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError("not a comma-separated list of integers", field=field, value=text,
+                          allowed="e.g. 1,2,4,8") from None
+    if not vals or min(vals) < 1:
+        raise ConfigError("every entry must be a positive integer", field=field, value=text, allowed=">= 1")
+    return vals
+
+
+def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
+    """List hardware, stack and model profiles with their key figures."""
+    hw = [prof.hardware(n) for n in prof.list_names(prof.HARDWARE_DIR)]
+    st = [prof.stack(n) for n in prof.list_names(prof.STACK_DIR)]
+    ms = [prof.model(n) for n in prof.list_names(prof.MODEL_DIR)]
+    if json_out:
+        emit_json({
+            "hardware": [{"name": h.name, "kind": h.kind, "peak_tflops": h.peak_tflops,
+                          "memory_bandwidth_gb_s": h.memory_bandwidth_gb_s, "memory_capacity_gb": h.memory_capacity_gb,
+                          "interconnect_bandwidth_gb_s": h.interconnect_bandwidth_gb_s,
+                          "default_stack": h.default_stack} for h in hw],
+            "stacks": [s.model_dump() for s in st],
+            "models": [{"name": m.name, "architecture": m.architecture, "params": m.total_params,
+                        "step_params": m.step_params, "published_params": m.published_params,
+                        "n_layers": m.n_layers, "d_model": m.d_model, "kv_bytes_per_token": m.kv_bytes_per_token,
+                        "dtype": m.dtype} for m in ms],
+        })
+        return
+    table("Hardware profiles", ["name", "kind", "bf16 TFLOP/s", "HBM GB/s", "memory GB", "link GB/s", "stack"],
+          [(h.name, h.kind, h.peak_tflops.get("bf16"), h.memory_bandwidth_gb_s, h.memory_capacity_gb,
+            h.interconnect_bandwidth_gb_s, h.default_stack) for h in hw])
+    table("Software-stack profiles", ["name", "bw fraction", "peak fraction", "per call µs", "per layer µs"],
+          [(s.name, s.bandwidth_fraction, s.compute_fraction, s.per_call_overhead_s * 1e6,
+            s.per_layer_overhead_s * 1e6) for s in st])
+    table("Model profiles", ["name", "kind", "params (derived)", "published", "layers", "d_model", "KV KiB/token"],
+          [(m.name, m.architecture, f"{m.total_params / 1e9:.3f} B",
+            f"{m.published_params / 1e9:.3f} B" if m.published_params else "", m.n_layers, m.d_model,
+            m.kv_bytes_per_token / 1024) for m in ms])
+
+
+def theory_cmd(
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="acceptance rate α in [0, 1)"),
+    gamma: Optional[int] = typer.Option(None, "--gamma", help="draft length γ >= 1"),
+    c: float = typer.Option(0.0, "--c", help="cost coefficient c = T_draft / T_target"),
+    c_hat: Optional[float] = typer.Option(None, "--c-hat", help="ops ratio ĉ (defaults to c)"),
+    table1: bool = typer.Option(False, "--table1", help="print the paper's Table 1"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Closed forms of the paper: eq. (1), eq. (5), Thm 3.11, optimal γ."""
+    from specsim import theory as th
+
+    if table1:
+        rows = th.table1()
+        if json_out:
+            emit_json({"table1": rows})
+        else:
+            table("Table 1 (c = ĉ = 0)", ["α", "γ", "operations", "speed"],
+                  [(r["alpha"], r["gamma"], f"{r['operations']:.2f}X", f"{r['speed']:.2f}X") for r in rows])
+        return
+    if alpha is None:
+        raise ConfigError("missing option", field="--alpha", allowed="[0, 1); or use --table1")
+    check_range("--alpha", alpha, lo=0, hi=1, hi_open=True)
+    check_range("--c", c, lo=0)
+    c_hat = c if c_hat is None else check_range("--c-hat", c_hat, lo=0)
+    if gamma is not None and gamma < 1:
+        raise ConfigError("draft length out of range", field="--gamma", value=gamma, allowed=">= 1 (integer)")
+    g_opt = th.optimal_gamma(alpha, c)
+    if gamma is None:
+        gamma = g_opt
+    out = {"alpha": alpha, "gamma": gamma, "c": c, "c_hat": c_hat,
+           "expected_tokens": th.expected_tokens(alpha, gamma), "speedup": th.speedup(alpha, gamma, c),
+           "ops_factor": th.ops_factor(alpha, gamma, c_hat), "optimal_gamma": g_opt,
+           "speedup_at_optimal_gamma": th.speedup(alpha, g_opt, c),
+           "oracle_expected_tokens": th.oracle_expected_tokens(alpha),
+           "draft_acceptance_rate": th.draft_acceptance_rate(alpha, gamma)}
+    if json_out:
+        emit_json(out)
+        return
+    table(f"Closed forms at α={alpha:g}, γ={gamma}, c={c:g}", ["quantity", "value", "source"], [
+        ("expected tokens per target run", out["expected_tokens"], "eq. (1)"),
+        ("walltime speedup", out["speedup"], "eq. (5), Thm 3.8"),
+        ("operations factor", out["ops_factor"], "Thm 3.11"),
+        ("optimal integer γ", g_opt, "argmax eq. (5)"),
+        ("speedup at optimal γ", out["speedup_at_optimal_gamma"], "eq. (5)"),
+        ("oracle tokens per run", out["oracle_expected_tokens"], "1/(1-α)"),
+        ("draft acceptance rate (vLLM)", out["draft_acceptance_rate"], "α(1-α^γ)/((1-α)γ)"),
+    ])
+
+
+def roofline_cmd(
+    hardware: str = typer.Option(..., "--hardware", help="hardware profile name or TOML path"),
+    model: str = typer.Option(..., "--model", help="model profile name or TOML path"),
+    batch: int = typer.Option(1, "--batch"),
+    positions: str = typer.Option("1,2,4,8,16,32,64,128,256", "--positions", help="comma-separated"),
+    context: int = typer.Option(0, "--context", help="KV entries already cached"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
+    stack: Optional[str] = typer.Option("ideal", "--stack", help="'ideal', 'default' or a stack profile"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Pass time against positions for one model on one device (the paper's Figure 1)."""
+    from specsim.costs import CostModel, check_fits
+
+    check_range("--batch", batch, lo=1)
+    check_range("--context", context, lo=0)
+    check_range("--tp", tp, lo=1)
+    pos = _parse_int_list(positions, "--positions")
+    hw, m = prof.hardware(hardware), prof.model(model)
+    st = prof.stack(hw.default_stack if stack == "default" else stack)
+    cm = CostModel(m, hw, st, tp=tp)
+    check_fits([cm], batch, context + max(pos))
+    passes = [cm.pass_cost(batch, p, context).as_dict() for p in pos]
+    ridge = cm.ridge_positions(batch, context)
+    if json_out:
+        emit_json({"hardware": hw.name, "model": m.name, "stack": st.name, "mode": cm.mode, "batch": batch,
+                   "context": context, "tp": tp, "ridge_positions": ridge, "passes": passes})
+        return
+    table(f"{m.name} on {hw.name} ({st.name}, batch {batch}, context {context}, tp {tp})",
+          ["positions", "time ms", "GB moved", "GFLOP", "bound", "× one position"],
+          [(p["positions"], p["time_s"] * 1e3, p["bytes"] / 1e9, p["flops"] / 1e9, p["bound"],
+            p["time_s"] / passes[0]["time_s"]) for p in passes],
+          caption=f"compute-bound from {ridge} positions per sequence")
+
+
+def compare_cmd(
+    out: str = typer.Option("experiments/results/compare", "--out", help="folder for compare.csv and compare.png"),
+    simulate: bool = typer.Option(True, "--simulate/--no-simulate", help="run the engine beside eq. (5)"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Main job: T5 drafts for T5-XXL on TPU v4 and Llama drafts on H100, as a table and a plot."""
+    from pathlib import Path
+
+    from specsim.compare import compare, plot
+
+    df = compare(simulate=simulate, progress=not json_out)
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    df.to_csv(d / "compare.csv", index=False)
+    plot(df, d / "compare.png")
+    if json_out:
+        emit_json({"rows": df.to_dict(orient="records"), "csv": str(d / "compare.csv"), "png": str(d / "compare.png")})
+        return
+    cols = ["study", "draft", "alpha", "c", "gamma", "speedup_eq5"] + (["speedup_sim"] if simulate else []) \
+        + ["rank_in_study"]
+    table("Draft comparison (batch 1, c derived from the profiles; α: paper or assumed)",
+          ["study", "draft", "α", "c", "γ*", "eq. (5)"] + (["simulated"] if simulate else []) + ["rank"],
+          df[cols].itertuples(index=False),
+          caption=f"written: {d / 'compare.csv'}, {d / 'compare.png'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_cmd)
+    app.command("profiles")(profiles_cmd)
+    app.command("theory")(theory_cmd)
+    app.command("roofline")(roofline_cmd)

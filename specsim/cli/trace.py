@@ -1,0 +1,113 @@
+"""`specsim trace synth | stats | convert`: make, inspect and convert β traces."""
+
+from __future__ import annotations
+
+import typer
+
+from specsim.cli.output import emit_json, table
+from specsim.errors import ConfigError
+
+trace_app = typer.Typer(no_args_is_help=True, help="β traces: synthesize, summarize, convert (parquet <-> CSV).")
+
+# Which generator options apply to which --kind (an option given to another kind is an error, not ignored).
+_APPLIES = {"--stretch": ("markov",), "--concentration": ("beta",), "--decay": ("decay",),
+            "--beta-easy": ("markov",), "--beta-hard": ("markov",), "--bernoulli": ("iid", "markov")}
+
+
+@trace_app.command("synth")
+def synth_cmd(
+    kind: str | None = typer.Option(None, "--kind", help="iid | beta | markov | decay (required)"),
+    alpha: float | None = typer.Option(None, "--alpha", help="mean β (for decay: β at draft slot 0) (required)"),
+    stretch: float | None = typer.Option(None, "--stretch", help="markov: mean stretch length [20]"),
+    concentration: float | None = typer.Option(None, "--concentration", help="beta: κ = a + b [20]"),
+    decay: float | None = typer.Option(None, "--decay", help="decay: factor r per draft slot [0.9]"),
+    beta_easy: float | None = typer.Option(None, "--beta-easy", help="markov: β in easy stretches [0.95]"),
+    beta_hard: float | None = typer.Option(None, "--beta-hard", help="markov: β in hard stretches [0.2]"),
+    bernoulli: bool = typer.Option(False, "--bernoulli", help="iid/markov: draw β ∈ {0, 1} (like T = 0)"),
+    sequences: int = typer.Option(16, "--sequences", help="number of sequences"),
+    length: int = typer.Option(256, "--length", help="positions per sequence"),
+    seed: int = typer.Option(0, "--seed"),
+    out: str | None = typer.Option(None, "--out", help="output file: .parquet, .pq or .csv (required)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Write a synthetic β trace (generator and seed recorded in its metadata)."""
+    from specsim import trace_synth
+
+    # required options are checked here, not by typer, so a missing one is a one-line ConfigError
+    for opt, value, allowed in (("--kind", kind, " | ".join(trace_synth.KINDS)), ("--alpha", alpha, "[0, 1]"),
+                                ("--out", out, "a path ending in .parquet, .pq or .csv")):
+        if value is None:
+            raise ConfigError("missing option", field=opt, allowed=allowed)
+    given = {"--stretch": stretch, "--concentration": concentration, "--decay": decay, "--beta-easy": beta_easy,
+             "--beta-hard": beta_hard, "--bernoulli": bernoulli or None}
+    if kind not in trace_synth.KINDS:
+        raise ConfigError("unknown trace generator", field="--kind", value=kind, allowed=" | ".join(trace_synth.KINDS))
+    for opt, value in given.items():
+        if value is not None and kind not in _APPLIES[opt]:
+            raise ConfigError(f"option does not apply to --kind {kind}", field=opt,
+                              allowed="--kind " + " | ".join(_APPLIES[opt]))
+    trace = trace_synth.synthesize(
+        kind, alpha, n_sequences=sequences, length=length, seed=seed,
+        mean_stretch=20.0 if stretch is None else stretch,
+        concentration=20.0 if concentration is None else concentration,
+        decay_rate=0.9 if decay is None else decay,
+        beta_easy=0.95 if beta_easy is None else beta_easy, beta_hard=0.2 if beta_hard is None else beta_hard,
+        bernoulli=bernoulli)
+    path = trace.write(out)
+    result = {"out": str(path), "kind": kind, "alpha": trace.alpha, "n_tokens": trace.n_tokens,
+              "n_sequences": trace.n_sequences, "metadata": trace.metadata}
+    if json_out:
+        emit_json(result)
+        return
+    table(f"Synthetic β trace → {path}", ["name", "value"],
+          [("kind", kind), ("alpha (measured)", trace.alpha), ("n_tokens", trace.n_tokens),
+           ("n_sequences", trace.n_sequences), ("seed", seed)])
+
+
+@trace_app.command("stats")
+def stats_cmd(
+    file: str = typer.Argument(..., help="trace file (.parquet, .pq or .csv)"),
+    gamma: int = typer.Option(4, "--gamma", help="draft length γ for acceptance by position"),
+    max_lag: int = typer.Option(10, "--max-lag", help="autocorrelation lags 1..K"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """α, acceptance by draft slot, autocorrelation and clustering of a β trace."""
+    from specsim.trace_stats import summarize
+    from specsim.traces import Trace
+
+    s = summarize(Trace.read(file), gamma=gamma, max_lag=max_lag)
+    if json_out:
+        emit_json(s)
+        return
+    table(f"β trace {file}", ["name", "value"],
+          [("alpha", s["alpha"]), ("n_tokens", s["n_tokens"]), ("n_sequences", s["n_sequences"]),
+           (f"tokens per target run (γ={gamma})", s["tokens_per_target_run"]),
+           ("  eq. (1), i.i.d. β", s["tokens_per_target_run_eq1"]),
+           ("mean run length", s["mean_run_length"]), ("  i.i.d. (geometric)", s["mean_run_length_iid"]),
+           ("clustering index", s["clustering_index"])],
+          caption=", ".join(f"{k}={v}" for k, v in sorted(s["metadata"].items()) if not isinstance(v, dict)))
+    table("Acceptance by draft slot", ["slot k", "P(accept | reached)"],
+          list(enumerate(s["acceptance_by_position"])))
+    table("Autocorrelation of β", ["lag", "corr"], [(k + 1, v) for k, v in enumerate(s["autocorrelation"])])
+
+
+@trace_app.command("convert")
+def convert_cmd(
+    src: str = typer.Argument(..., metavar="IN", help="input trace (.parquet, .pq or .csv)"),
+    dst: str = typer.Argument(..., metavar="OUT", help="output trace (.parquet, .pq or .csv)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Convert a trace between CSV and parquet, metadata included, β bit-exact."""
+    from specsim.traces import Trace
+
+    trace = Trace.read(src)
+    path = trace.write(dst)
+    result = {"in": src, "out": str(path), "n_tokens": trace.n_tokens, "n_sequences": trace.n_sequences}
+    if json_out:
+        emit_json(result)
+        return
+    table("Converted β trace", ["name", "value"], [(k, v) for k, v in result.items()])
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(trace_app, name="trace")
