@@ -97,6 +97,9 @@ class ModelProfile(_Strict):
     tied_embeddings: bool = False
     learned_positions: int = Field(default=0, ge=0, description="rows of a learned position table")
     attention_bias: bool = False
+    relative_position_projection: bool = Field(
+        default=False, description="Transformer-XL relative positions (Gopher, Chinchilla): one d_model x "
+                                   "n_heads*head_dim projection of the position embeddings per layer")
     dtype: DType = "bf16"
     published_params: float | None = Field(default=None, gt=0, description="published total, for checks only")
 
@@ -140,8 +143,13 @@ class ModelProfile(_Strict):
         return (3 if self.ffn == "gated" else 2) * self.d_model * self.d_ff
 
     @property
+    def relative_position_params(self) -> int:
+        return self.d_model * self._q_dim if self.relative_position_projection else 0
+
+    @property
     def decoder_layer_params(self) -> int:
-        return self.self_attention_params + self.cross_attention_params + self.ffn_params + 2 * self.d_model
+        return (self.self_attention_params + self.cross_attention_params + self.ffn_params + 2 * self.d_model
+                + self.relative_position_params)
 
     @property
     def encoder_params(self) -> int:

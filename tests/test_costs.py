@@ -8,7 +8,7 @@ from specsim.errors import DoesNotFitError
 from specsim.profiles import HardwareProfile, ModelProfile, StackProfile
 
 # A decoder-only stand-in with ~11B parameters, so that every weight is read on every step (the seed's picture).
-DENSE_11B = ModelProfile(name="dense-11b", n_layers=48, d_model=4096, d_ff=16384, n_heads=32, n_kv_heads=32,
+DENSE_11B = ModelProfile(name="dense-11b", n_layers=48, d_model=4096, d_ff=12800, n_heads=32, n_kv_heads=32,
                          head_dim=128, vocab_size=32128, ffn="gated")
 
 

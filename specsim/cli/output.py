@@ -32,7 +32,10 @@ def table(title: str, columns: list[str], rows: Iterable[Iterable[Any]], caption
         t.add_column(c, justify="right" if c not in ("name", "model", "hardware", "draft", "kind") else "left")
     for r in rows:
         t.add_row(*[fmt(v) for v in r])
-    Console().print(t)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped or captured: do not wrap tables at 80 columns
+    console.print(t)
 
 
 def fmt(v: Any) -> str:
