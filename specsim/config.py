@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Policy = Literal["fixed", "optimal", "heuristic", "oracle"]
+LengthDist = Literal["fixed", "uniform"]
+Engine = Literal["simpy", "fast", "auto"]
 
 
 class SimConfig(BaseModel):
@@ -40,9 +42,22 @@ class SimConfig(BaseModel):
     prompt_len: int = Field(default=128, ge=1, le=10_000_000)
     output_len: int = Field(default=128, ge=1, le=10_000_000)
     seed: int = Field(default=0, ge=0)
+    length_dist: LengthDist = Field(default="fixed", description="prompt/output lengths: 'fixed' = exactly "
+                                    "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L)")
+    replicas: int = Field(default=1, ge=1, le=1024, description="engine replicas sharing one arrival queue; "
+                          "each holds its own weights and KV (batch / max_batch are per replica)")
+
+    # service-level objective for goodput (requests/s finishing within both)
+    slo_ttft_s: float = Field(default=1.0, gt=0, le=1e6, description="TTFT objective for goodput")
+    slo_tpot_s: float = Field(default=0.05, gt=0, le=1e6, description="TPOT objective for goodput")
+
+    engine: Engine = Field(default="simpy", description="'simpy' = the discrete-event engine of record; 'fast' = "
+                           "the vectorized batch-1 path (closed loop, batch 1 only); 'auto' = fast when eligible")
 
     @model_validator(mode="after")
     def _one_acceptance_source(self) -> "SimConfig":
         if (self.alpha is None) == (self.trace is None):
             raise ValueError("give exactly one of alpha and trace")
+        if self.rate is not None and self.arrivals_csv is not None:
+            raise ValueError("give at most one of rate and arrivals_csv")
         return self

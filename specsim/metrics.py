@@ -1,0 +1,149 @@
+"""What a run produced, and the serving metrics computed from it (named as vLLM / serving benchmarks name them).
+
+Definitions (spec run and baseline alike):
+- TTFT: arrival → output token 0, which the target's prefill produces (queueing + prefill; the prefill of the
+  requests admitted together is one pass that stalls the running batch for its duration).
+- TPOT: (finish − first token) / (output tokens − 1), per request (requests with one output token have none).
+- ITL: gaps between successive emissions of one request (first token, then the end of every iteration it took
+  part in). With speculation several tokens arrive in one emission, as in vLLM's benchmark.
+- E2E latency: arrival → last token. In closed loop, arrival = the moment the client issued the request.
+- Output throughput: output tokens / makespan (t = 0 to the last finish). Goodput: requests meeting both SLOs
+  (TTFT ≤ slo_ttft_s and TPOT ≤ slo_tpot_s) per second of makespan.
+- τ (tokens_per_target_run, vLLM's mean acceptance length): mean over request-steps of accepted + 1, before the
+  truncation at the request's end, so under i.i.d. β it estimates eq. (1) without end effects.
+- draft acceptance rate = accepted / drafted (the request's own γ); acceptance by position k = P(slot k accepted |
+  slot k drafted and reached).
+- MBU / MFU: per iteration, bytes / (duration · peak bandwidth) and FLOPs / (duration · peak FLOP/s) per chip,
+  then the mean over iterations (datasheet peaks, not the stack's achievable fractions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PCTS = (50, 90, 99)
+
+
+@dataclass
+class Records:
+    """Raw outcome of one engine run (numpy arrays; time in seconds, or in units under fixed_c)."""
+
+    arrival_s: np.ndarray
+    admit_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    output_len: np.ndarray
+    # one row per iteration that ran a decode step
+    step_end_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    step_dur_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    step_batch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    step_gamma: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # passes' γ (batch max)
+    step_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    step_flops: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # one row per (iteration, active request), sorted by request, then step
+    rs_step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rs_request: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rs_accepted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rs_gamma: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the request's own γ
+
+    def accepted_by_request(self) -> list[np.ndarray]:
+        """Per request, its accepted counts step by step (what the fast path must reproduce)."""
+        order = np.argsort(self.rs_request, kind="stable")
+        r = self.rs_request[order]
+        cuts = np.flatnonzero(np.diff(r)) + 1
+        groups = np.split(self.rs_accepted[order], cuts)
+        ids = r[np.r_[0, cuts]] if len(r) else []
+        out = [np.zeros(0, np.int64)] * len(self.output_len)
+        for i, g in zip(ids, groups):
+            out[int(i)] = g
+        return out
+
+
+def emissions(rec: Records, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Request i's emission times and tokens per emission: output token 0 at the prefill, then each step it took
+    part in (accepted + 1 tokens, the last one truncated to the request's length)."""
+    rows = np.flatnonzero(rec.rs_request == i)
+    tok = rec.rs_accepted[rows] + 1
+    owed = int(rec.output_len[i]) - 1
+    cum = np.minimum(np.cumsum(tok), owed)
+    tok = np.diff(np.r_[0, cum])
+    return np.r_[rec.first_token_s[i], rec.step_end_s[rec.rs_step[rows]]], np.r_[1, tok].astype(np.int64)
+
+
+def _pct(prefix: str, x: np.ndarray, out: dict) -> None:
+    x = x[np.isfinite(x)]
+    out[f"{prefix}_mean_s"] = float(x.mean()) if x.size else None
+    for p in PCTS:
+        out[f"{prefix}_p{p}_s"] = float(np.percentile(x, p)) if x.size else None
+
+
+def itl_gaps(rec: Records) -> np.ndarray:
+    if rec.rs_request.size == 0:
+        return np.zeros(0)
+    order = np.argsort(rec.rs_request, kind="stable")
+    r = rec.rs_request[order]
+    t = rec.step_end_s[rec.rs_step[order]]
+    prev = np.r_[np.nan, t[:-1]]
+    first = np.r_[True, r[1:] != r[:-1]]
+    prev[first] = rec.first_token_s[r[first]]
+    return t - prev
+
+
+def latency_metrics(rec: Records, slo_ttft_s: float, slo_tpot_s: float) -> dict:
+    out: dict = {}
+    ttft = rec.first_token_s - rec.arrival_s
+    e2e = rec.finish_s - rec.arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(rec.output_len > 1, (rec.finish_s - rec.first_token_s) / (rec.output_len - 1), np.nan)
+    _pct("ttft", ttft, out)
+    _pct("tpot", tpot, out)
+    _pct("itl", itl_gaps(rec), out)
+    _pct("e2e", e2e, out)
+    makespan = float(rec.finish_s.max()) if rec.finish_s.size else 0.0
+    out["walltime_s"] = makespan
+    tokens = int(rec.output_len.sum())
+    out["output_tokens"] = tokens
+    out["throughput_tok_s"] = tokens / makespan if makespan > 0 else None
+    ok = (ttft <= slo_ttft_s) & ((rec.output_len <= 1) | (tpot <= slo_tpot_s))
+    out["goodput_req_s"] = float(ok.sum()) / makespan if makespan > 0 else None
+    out["slo_attained"] = float(ok.mean()) if ok.size else None
+    out["queue_mean_s"] = float(np.mean(rec.admit_s - rec.arrival_s)) if rec.arrival_s.size else None
+    return out
+
+
+def step_metrics(rec: Records, peak_bytes_s: float | None, peak_flops: float | None) -> dict:
+    out: dict = {"steps": int(rec.step_end_s.size)}
+    out["batch_mean"] = float(rec.step_batch.mean()) if rec.step_batch.size else None
+    out["batch_max"] = int(rec.step_batch.max()) if rec.step_batch.size else 0
+    if peak_bytes_s and rec.step_dur_s.size:
+        out["mbu_mean"] = float(np.mean(rec.step_bytes / (rec.step_dur_s * peak_bytes_s)))
+        out["mfu_mean"] = float(np.mean(rec.step_flops / (rec.step_dur_s * peak_flops)))
+    else:
+        out["mbu_mean"] = out["mfu_mean"] = None
+    return out
+
+
+def acceptance_metrics(rec: Records) -> dict:
+    n, g = rec.rs_accepted, rec.rs_gamma
+    out: dict = {"target_runs": int(rec.step_end_s.size), "request_steps": int(n.size)}
+    if n.size == 0:
+        out.update(tokens_per_target_run=None, gamma_mean=None, draft_acceptance_rate=None,
+                   acceptance_by_position=[], tokens_per_run_hist=[], draft_passes=0)
+        return out
+    out["tokens_per_target_run"] = float(n.mean() + 1.0)
+    out["gamma_mean"] = float(g.mean())
+    drafted = int(g.sum())
+    out["draft_acceptance_rate"] = float(n.sum() / drafted) if drafted else None
+    gmax = int(g.max())
+    hist = np.bincount(n, minlength=gmax + 1)
+    out["tokens_per_run_hist"] = hist.tolist()  # index j ↔ j + 1 tokens
+    ge = np.cumsum(hist[::-1])[::-1]  # ge[k] = #{n >= k}
+    clean_at = np.bincount(n[n == g], minlength=gmax + 1)  # clean sweeps end with n = γ: slot γ not drafted
+    reached = ge[:gmax] - clean_at[:gmax]
+    accepted = ge[1:gmax + 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["acceptance_by_position"] = [float(a / r) if r else None for a, r in zip(accepted, reached)]
+    out["draft_passes"] = int(rec.step_gamma.sum())
+    return out
