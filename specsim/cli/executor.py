@@ -1,0 +1,175 @@
+"""`specsim record` (β traces from a real or random-weight pair) and `specsim measure` (pass times, walltimes).
+
+SRC is a local Hugging Face directory, a .gguf file, `profile:<model-profile>[:layers=N]` (random weights in
+the profile's shapes), or, as a draft, `bigram[:k=K]` / `prompt-lookup[:n=N][:eps=E]`. torch and transformers
+are imported inside the commands only, so the rest of the CLI runs without them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from specsim.cli.output import emit_json, table
+from specsim.errors import ConfigError
+
+
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(f"the executor needs torch and transformers ({e.name} is missing)",
+                          allowed="pip install 'specsim[executor]'") from None
+
+
+def _device(device: str) -> str:
+    import torch
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("no CUDA device here", field="device", value=device, allowed="cpu, auto")
+    return device
+
+
+def _load_pair(target: str, draft: str | None, prompts_file: str | None, device: str, dtype: str, seed: int,
+               chat: bool, limit: int | None):
+    """Target first (its vocabulary and tokenizer define the prompts), then prompts, then the draft."""
+    from specsim.executor.record import load_prompts
+    from specsim.executor.sources import load_source
+    tgt = load_source(target, device=device, dtype=dtype, seed=seed)
+    prompts = (load_prompts(prompts_file, tgt.tokenizer, tgt.vocab_size, chat=chat, limit=limit)
+               if prompts_file else None)
+    dft = None
+    if draft is not None:
+        dft = load_source(draft, device=device, dtype=dtype, seed=seed + 1, vocab_size=tgt.vocab_size,
+                          corpus=prompts or [])
+    return tgt, dft, prompts
+
+
+def _sampling(temperature: float, top_k: int | None, top_p: float | None):
+    from specsim.executor.sampling import SamplingConfig
+    return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+
+
+def _int_list(text: str, field: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError("expected comma-separated integers", field=field, value=text) from None
+    if not vals or min(vals) < 1:
+        raise ConfigError("values must be >= 1", field=field, value=text)
+    return vals
+
+
+def record_cmd(
+    target: str = typer.Option(..., "--target", help="target SRC"),
+    draft: str = typer.Option(..., "--draft", help="draft SRC (also bigram / prompt-lookup)"),
+    prompts: str = typer.Option(..., "--prompts", help="prompts file (.jsonl/.json/.txt)"),
+    out: str = typer.Option(..., "--out", help="trace file to write (.parquet/.pq/.csv)"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="tokens the target generates"),
+    temperature: float = typer.Option(1.0, "--temperature", help="0 = argmax"),
+    top_k: int | None = typer.Option(None, "--top-k"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    lenience: float = typer.Option(1.0, "--lenience", help="App. A.5 lenience l in (0, 1]; 1 = exact"),
+    seed: int = typer.Option(0, "--seed"),
+    task: str | None = typer.Option(None, "--task", help="task label for the metadata [prompts file stem]"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="use the first N prompts"),
+    chat: bool = typer.Option(False, "--chat", help="wrap text prompts in the tokenizer's chat template"),
+    stop_at_eos: bool = typer.Option(False, "--stop-at-eos", help="end a sequence at the tokenizer's EOS"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Record a β trace: the target generates, the draft scores the same tokens teacher-forced."""
+    from pathlib import Path
+    _need_torch()
+    from specsim.errors import check_range
+    from specsim.executor.record import record_trace
+    check_range("lenience", lenience, lo=0, hi=1, lo_open=True)
+    cfg = _sampling(temperature, top_k, top_p)
+    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit)
+    eos = getattr(tgt.tokenizer, "eos_token_id", None) if stop_at_eos else None
+    trace = record_trace(tgt, dft, prompt_ids, max_new_tokens, cfg, lenience=lenience, seed=seed,
+                         eos_token_id=eos, task=task or Path(prompts).stem, prompts_file=str(prompts),
+                         progress=not json_out and sys.stderr.isatty())
+    path = trace.write(out)
+    res = {"out": str(path), "alpha": trace.alpha, "n_sequences": trace.n_sequences, "n_tokens": trace.n_tokens,
+           "metadata": trace.metadata}
+    if json_out:
+        emit_json(res)
+        return
+    table("record", ["target", "draft", "temperature", "sequences", "tokens", "alpha"],
+          [[tgt.name, dft.name, temperature, trace.n_sequences, trace.n_tokens, trace.alpha]], caption=str(path))
+
+
+def measure_cmd(
+    target: str = typer.Option(..., "--target", help="target SRC"),
+    draft: str | None = typer.Option(None, "--draft", help="draft SRC (also bigram / prompt-lookup)"),
+    prompts: str | None = typer.Option(None, "--prompts", help="prompts file: adds end-to-end walltimes"),
+    gamma: int = typer.Option(4, "--gamma", min=1, max=256, help="draft length γ"),
+    positions: str = typer.Option("1,2,3,4,5,6,8,12,16,32,64,128", "--positions", help="P grid of the target pass"),
+    context: int = typer.Option(128, "--context", min=0, help="cached positions L before each timed pass"),
+    batches: str = typer.Option("1", "--batch", help="batch sizes B of the timed target passes, e.g. 1,4,16"),
+    repeats: int = typer.Option(5, "--repeats", min=1, help="timed repetitions (median reported)"),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="discarded runs before timing"),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    top_k: int | None = typer.Option(None, "--top-k"),
+    top_p: float | None = typer.Option(None, "--top-p"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="use the first N prompts"),
+    chat: bool = typer.Option(False, "--chat", help="wrap text prompts in the tokenizer's chat template"),
+    hf_compare: bool = typer.Option(False, "--hf-compare", help="also time HF assisted generation"),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Measure pass times T(P, L) for the target (and the draft step), c, and speculative vs plain walltime."""
+    _need_torch()
+    from specsim.executor import measure as m
+    grid = _int_list(positions, "positions")
+    batch_sizes = _int_list(batches, "batch")
+    cfg = _sampling(temperature, top_k, top_p)
+    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit)
+    res: dict = {"target": tgt.describe(), "draft": dft.describe() if dft else None, "gamma": gamma,
+                 "sampling": cfg.as_dict(), "device": str(tgt.device)}
+    res["target_passes"] = [row for b in batch_sizes
+                            for row in m.pass_times(tgt, grid, context, repeats, warmup, seed, batch=b)]
+    if dft is not None:
+        res["draft_passes"] = m.pass_times(dft, [1], context, repeats, warmup, seed)
+        t1 = next((r["time_s"] for r in res["target_passes"] if r["positions"] == 1 and r["batch"] == 1), None)
+        if t1 is None:
+            t1 = m.pass_times(tgt, [1], context, repeats, warmup, seed)[0]["time_s"]
+        res["c"] = res["draft_passes"][0]["time_s"] / t1
+        res["sampling_overhead"] = m.sampling_overhead(tgt.vocab_size, gamma, cfg, tgt.device, seed=seed)
+        if prompt_ids:
+            res["end_to_end"] = m.end_to_end(tgt, dft, prompt_ids, gamma, max_new_tokens, cfg, seed,
+                                             max(1, repeats // 2), min(warmup, 1))
+            if hf_compare:
+                hf = m.hf_assisted(tgt, dft, prompt_ids, gamma, max_new_tokens, cfg, seed, max(1, repeats // 2),
+                                   min(warmup, 1))
+                res["hf"] = hf
+                res["ours_over_hf"] = res["end_to_end"]["spec_walltime_s"] / hf["walltime_s"]
+    if json_out:
+        emit_json(res)
+        return
+    table(f"pass times: {tgt.name} (context {context})", ["batch", "positions", "time_s", "min_time_s"],
+          [[r["batch"], r["positions"], r["time_s"], r["min_time_s"]] for r in res["target_passes"]])
+    if dft is not None:
+        rows = [["draft step", res["draft_passes"][0]["time_s"]], ["c", res["c"]],
+                ["sampling overhead / step", res["sampling_overhead"]["time_s"]]]
+        if "end_to_end" in res:
+            e = res["end_to_end"]
+            rows += [["speculative walltime", e["spec_walltime_s"]], ["plain walltime", e["plain_walltime_s"]],
+                     ["speedup", e["speedup"]], ["tokens / target run", e["tokens_per_target_run"]],
+                     ["acceptance rate", e["acceptance_rate"]]]
+        if "ours_over_hf" in res:
+            rows += [["HF assisted walltime", res["hf"]["walltime_s"]], ["ours / HF", res["ours_over_hf"]]]
+        table(f"draft {dft.name}, γ = {gamma}", ["quantity", "value"], rows)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("record")(record_cmd)
+    app.command("measure")(measure_cmd)
