@@ -1,12 +1,14 @@
 """Benchmark: wall time of a 10,000-point sweep on this machine, and where the time goes.
 
-    .venv/bin/python experiments/bench_sweep.py [--points 10000] [--workers N] [--theory]
+    .venv/bin/python experiments/bench_sweep.py [--points 10000] [--workers N] [--theory] [--before OLD.json]
 
 The points are real engine configs (specsim.simulate:run) with small requests: Llama-3.1-8B on an H100 with
 two drafts, a grid of α, γ, batch sizes and seeds. `--theory` (or a missing engine) uses eq. (5) as the point
 function instead, which measures the sweep machinery alone. Writes experiments/results/bench_sweep.json with
 the wall time split into phases, a cProfile of the coordinating process, and a cProfile of the point function
-run serially on a sample of points (what the workers spend their time on). Goal (issue 4): <= 60 s on 2 cores.
+run serially on a sample of points (what the workers spend their time on), by cumulative and by own time.
+`--before` copies the headline figures of an earlier run (this script on older code, same machine) into the JSON
+under "before". Goal (issue 4): <= 60 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -80,13 +82,13 @@ plots = false
 """
 
 
-def top(profile: cProfile.Profile, n: int = 15) -> list[dict]:
+def top(profile: cProfile.Profile, n: int = 15, key: str = "cumtime_s") -> list[dict]:
     st = pstats.Stats(profile, stream=io.StringIO())
     rows = []
     for (file, line, fn), (cc, nc, tt, ct, _) in st.stats.items():
         rows.append({"function": f"{Path(file).name}:{line}({fn})", "calls": nc, "tottime_s": round(tt, 4),
                      "cumtime_s": round(ct, 4)})
-    rows.sort(key=lambda r: r["cumtime_s"], reverse=True)
+    rows.sort(key=lambda r: r[key], reverse=True)
     return rows[:n]
 
 
@@ -120,6 +122,7 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--theory", action="store_true", help="eq. (5) point function instead of the engine")
+    ap.add_argument("--before", type=Path, default=None, help="JSON of this script run on earlier code")
     args = ap.parse_args()
     engine = not args.theory and importlib.util.find_spec("specsim.simulate") is not None
     point_fn = "specsim.simulate:run" if engine else "__main__:theory_point"
@@ -164,6 +167,9 @@ def main() -> None:
 
     call = resolve_point_fn("specsim.simulate:run") if engine else theory_point
     sample = spec.points[:: max(1, len(spec.points) // 300)]
+    import gc
+
+    gc.collect()  # else a full collection of the sweep's garbage lands in some function of the profiled sample
     worker = cProfile.Profile()
     t4 = time.perf_counter()
     worker.enable()
@@ -191,10 +197,14 @@ def main() -> None:
         "serial_point_ms_profiled": round(per_point_ms, 3), "serial_sample_points": len(sample),
         "python": platform.python_version(), "machine": platform.machine(),
         "parent_profile_top": top(parent), "worker_profile_top": top(worker),
+        "worker_profile_top_own_time": top(worker, 20, "tottime_s"),
     }
+    if args.before:
+        old = json.loads(args.before.read_text())
+        result["before"] = {k: v for k, v in old.items() if not k.endswith("_top") and not k.endswith("_time")}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
-    brief = {k: v for k, v in result.items() if not k.endswith("_top")}
+    brief = {k: v for k, v in result.items() if not k.endswith("_top") and not k.endswith("_time")}
     print(json.dumps(brief, indent=1))
     print(f"wrote {OUT}")
 

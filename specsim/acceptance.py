@@ -17,6 +17,9 @@ Conventions (every engine — the SimPy engine of record and the fast path — f
 - Implementation: uniforms are pre-drawn per request in blocks (`UniformPool`). That is numerically identical to
   calling `g.random(γ)` every step, because numpy's PCG64 `random()` turns each 64-bit word into one double with
   no buffering: `g.random(a)` followed by `g.random(b)` equals `g.random(a + b)` (tested in tests/test_engine.py).
+  Streams are opened through `specsim.rng.StreamFamily` (the same streams, cheaper to open). With a fixed γ and a
+  constant α a request's whole life is independent of everything else, so `FixedRuns` draws and judges it for a
+  block of requests at once, vectorized over all their steps.
 
 Lenience l (App. A.5, lossy speculative sampling): the exact β_l needs both distributions, which a trace does not
 carry. We use β_l = 1 − (1 − β) · l^κ with κ = LENIENCE_KAPPA = 0.38 — an APPROXIMATION fitted by us to the paper's
@@ -29,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.errors import ConfigError
-from specsim.rng import ACCEPTANCE, stream
+from specsim.rng import ACCEPTANCE, StreamFamily, stream
 
 LENIENCE_KAPPA = 0.38  # fitted to PAPER-FACTS "Lenience" T5-small row; see the module docstring
 GAMMA_CAP = 64  # largest draft length any policy may use (SimConfig.gamma's maximum)
@@ -87,10 +90,11 @@ class Acceptance:
         self.alpha = float(1.0 - (1.0 - self.alpha_raw) * lk)
         # Rows for draft length G (G + 1 columns, last = never): threshold = a_row + b_row * β_t
         self._a = np.full(cap + 1, 1.0 - lk)
-        self._b = lk * np.r_[sf, 0.0]
+        self._b = lk * np.append(sf, 0.0)
         self._a[-1] = -1.0
         self._rows: dict[int, tuple] = {}
         self._fixed: dict[int, tuple] = {}
+        self.streams = StreamFamily(self.seed, ACCEPTANCE)
 
     @classmethod
     def from_config(cls, cfg) -> Acceptance:
@@ -112,26 +116,34 @@ class Acceptance:
         """(a, b) of length G+1 with threshold_k = a_k + b_k·β_{t+k}; the last column never accepts."""
         r = self._rows.get(G)
         if r is None:
-            a = np.r_[self._a[:G], -1.0]
-            b = np.r_[self._b[:G], 0.0]
+            a = np.append(self._a[:G], -1.0)
+            b = np.append(self._b[:G], 0.0)
             const = a + b * self.alpha_raw if self.constant else None
             r = self._rows[G] = (a, b, const)
         return r
+
+    def _fixed_params(self, G: int) -> tuple[np.ndarray, float, float]:
+        """(thresholds, mean and variance of the tokens one step emits) for draft length G, constant α."""
+        f = self._fixed.get(G)
+        if f is None:
+            thr = self.row(G)[2][:G]
+            ge = np.concatenate(([1.0], np.cumprod(thr)))  # P(n ≥ m), m = 0 … G
+            p = ge - np.append(ge[1:], 0.0)  # P(n = m): the step emits m + 1 tokens
+            tok = np.arange(1, G + 2)
+            mean = 1.0 + float(ge[1:].sum())
+            f = self._fixed[G] = (thr, mean, max(0.0, float(p @ tok ** 2) - mean * mean))
+        return f
 
     def fixed_run(self, request: int, G: int, tokens: int) -> np.ndarray:
         """Accepted counts, step by step, of request `request` drafting G every step until it has emitted `tokens`
         tokens (constant α only). Same draws as stepping one at a time: step s reads uniforms s·G … s·G + G − 1.
 
-        Acceptance never depends on the rest of the batch, so engines may compute a request's steps on admission."""
+        The one-request statement of the rule; engines use `fixed_runs`, which gives the same counts."""
         if tokens <= 0:
             return np.zeros(0, np.int64)
         if G == 0:
             return np.zeros(tokens, np.int64)
-        f = self._fixed.get(G)
-        if f is None:
-            thr = self.row(G)[2][:G]
-            f = self._fixed[G] = (thr, 1.0 + float(np.cumprod(thr).sum()))  # expected tokens per step
-        thr, per_step = f
+        thr, per_step, _ = self._fixed_params(G)
         g = self.generator(request)
         parts, left = [], tokens
         while True:
@@ -147,6 +159,54 @@ class Acceptance:
             parts.append(n)
             left -= int(cs[-1])
 
+    def fixed_runs(self, requests: np.ndarray, G: int, tokens: np.ndarray, z: float = 5.0):
+        """`fixed_run` for many requests at once: (n, tok, start, count) with request r's accepted counts in
+        n[start[r]:start[r] + count[r]] and its tokens per step (n + 1, the last step truncated) in tok[…].
+
+        Each request's uniforms go into one flat buffer (its stream's first k·G draws, k ≥ its likely step count), so
+        the buffer's rows of G are all the requests' steps; one pass counts the leading accepts of every row and a
+        cumulative sum over all rows finds where each request has emitted its tokens. k is the mean step count plus
+        z standard deviations (renewal approximation); a request whose k steps were too few (~1e-7 at z = 5) is
+        redone with more."""
+        requests = np.asarray(requests, dtype=np.int64)
+        tokens = np.maximum(np.asarray(tokens, dtype=np.int64), 0)
+        if G == 0:
+            count = tokens.copy()
+            return (np.zeros(int(count.sum()), np.int64), np.ones(int(count.sum()), np.int64),
+                    np.cumsum(count) - count, count)
+        thr, mu, var = self._fixed_params(G)
+        k = np.ceil(tokens / mu + z * np.sqrt(tokens * var / mu ** 3)).astype(np.int64) + 4
+        k = np.minimum(k, tokens)  # a step emits at least one token
+        row0 = np.cumsum(k) - k
+        U = np.empty(int(k.sum()) * G)
+        fill = self.streams.fill
+        for i, r0, kk in zip(requests.tolist(), (row0 * G).tolist(), (k * G).tolist()):
+            if kk:
+                fill(i, U[r0:r0 + kk])
+        n_rows = leading_accepts(U.reshape(-1, G), thr)
+        cs = np.cumsum(n_rows + 1, dtype=np.int64)
+        base = np.concatenate((np.zeros(1, np.int64), cs))[row0]
+        cut = np.searchsorted(cs, base + tokens)  # first row where the request has emitted all its tokens
+        count = np.where(tokens > 0, cut - row0 + 1, 0)
+        short = (tokens > 0) & (cut >= row0 + k)
+        count[short] = 0
+        start = np.cumsum(count) - count
+        total = int(count.sum())
+        idx = np.repeat(row0 - start, count) + np.arange(total, dtype=np.int64)
+        n = n_rows[idx].astype(np.int64)
+        tok = n + 1
+        has = count > 0
+        tok[(start + count - 1)[has]] -= (cs[cut[has]] - base[has] - tokens[has])
+        if short.any():  # redo the few requests that needed more steps than drawn, and splice them in
+            rn, rt, rs, rc = self.fixed_runs(requests[short], G, tokens[short], 2 * z + 4)
+            sn, st = np.split(n, start[1:]), np.split(tok, start[1:])  # one piece per request
+            for j, r in enumerate(np.flatnonzero(short)):
+                sn[r], st[r] = rn[rs[j]:rs[j] + rc[j]], rt[rs[j]:rs[j] + rc[j]]
+            count[short] = rc
+            start = np.cumsum(count) - count
+            n, tok = np.concatenate(sn), np.concatenate(st)
+        return n, tok, start, count
+
     def thresholds(self, G: int, bpos: np.ndarray | None) -> np.ndarray:
         """Thresholds for draft length G: a row (constant α) or a (B, G+1) block gathered at walk offsets bpos."""
         a, b, const = self.row(G)
@@ -157,6 +217,61 @@ class Acceptance:
 
 _AR = np.arange(GAMMA_CAP + 2, dtype=np.int64)
 _TRACES: dict = {}
+
+
+def leading_accepts(u: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """Per row of u (R, G): the number of leading k with u[:, k] < thr[k] (0 … G), as uint8."""
+    alive = u[:, 0] < thr[0]
+    n = alive.view(np.uint8).copy()
+    for k in range(1, u.shape[1]):
+        alive &= u[:, k] < thr[k]
+        n += alive.view(np.uint8)
+    return n
+
+
+class FixedRuns:
+    """`Acceptance.fixed_runs` for every request of a workload (request i emits tokens[i] after its prefill token),
+    computed block by block on first use, so a run pays one vectorized pass per block of requests."""
+
+    UNIFORMS_PER_BLOCK = 1 << 18
+
+    def __init__(self, acc: Acceptance, G: int, tokens: np.ndarray):
+        self.acc, self.G = acc, int(G)
+        self.tokens = np.maximum(np.asarray(tokens, dtype=np.int64), 0)
+        per = (float(self.tokens.mean()) / acc._fixed_params(G)[1] + 16) * G if G and len(tokens) else 1
+        self.block = max(1, min(len(self.tokens), int(self.UNIFORMS_PER_BLOCK // max(per, 1.0))))
+        self._blocks: dict[int, tuple] = {}
+        acc.streams.expect(len(self.tokens))
+
+    def _get(self, b: int) -> tuple:
+        blk = self._blocks.get(b)
+        if blk is None:
+            lo, hi = b * self.block, min(len(self.tokens), (b + 1) * self.block)
+            n, tok, start, count = self.acc.fixed_runs(np.arange(lo, hi), self.G, self.tokens[lo:hi])
+            blk = self._blocks[b] = (n, tok, start.tolist(), count.tolist(), count)
+        return blk
+
+    def steps(self, i: int) -> np.ndarray:
+        """Tokens request i emits at each of its steps (n + 1, the last step truncated)."""
+        _, tok, start, count, _ = self._get(i // self.block)
+        r = i % self.block
+        return tok[start[r]:start[r] + count[r]]
+
+    def get(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(accepted counts, tokens per step) of request i, step by step."""
+        n, tok, start, count, _ = self._get(i // self.block)
+        r = i % self.block
+        a, c = start[r], count[r]
+        return n[a:a + c], tok[a:a + c]
+
+    def all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n, tok, count) of all requests in request order."""
+        blocks = [self._get(b) for b in range(-(-len(self.tokens) // self.block))]
+        if not blocks:
+            z = np.zeros(0, np.int64)
+            return z, z, z
+        return (np.concatenate([x[0] for x in blocks]), np.concatenate([x[1] for x in blocks]),
+                np.concatenate([x[4] for x in blocks]))
 
 
 def _read_trace(path: str):
@@ -193,10 +308,12 @@ class UniformPool:
 
     def assign(self, slot: int, request: int) -> int:
         """Give `slot` to `request` (fresh stream); return its cursor."""
-        g = self.acc.generator(request)
-        self.gens[slot] = g
+        g = self.gens[slot]
+        if g is None:
+            g = self.gens[slot] = self.acc.streams.generator()
+        self.acc.streams.load(request, g)
         base = slot * self.W
-        self.buf[base:base + self.W] = g.random(self.W)
+        g.random(out=self.buf[base:base + self.W])
         return base
 
     def headroom(self, cursor: np.ndarray, slots: np.ndarray) -> np.ndarray:

@@ -16,19 +16,21 @@ One engine-loop process per replica, one SimPy timeout per iteration. An iterati
 
 Two step kernels give identical results (tests/test_engine.py checks it):
 - "ahead": a request's accepted counts never depend on the rest of the batch, so with a fixed γ and a constant α
-  (and for the baseline) they are drawn when the request is admitted, vectorized over its whole life; the loop
-  then only sums a precomputed context schedule and prices the passes — no per-iteration array work.
+  (and for the baseline) its whole life is known before it is admitted: `acceptance.FixedRuns` draws and judges
+  blocks of requests at once, vectorized over all their steps; admission adds the request's tokens per step to a
+  context schedule, and the loop only reads that schedule and prices the passes — no per-iteration array work.
 - "live": per-request state in numpy arrays compacted over the active batch (traces, adaptive policies, oracle).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from itertools import chain
 
 import numpy as np
 import simpy
 
-from specsim.acceptance import ORACLE_CAP, UniformPool
+from specsim.acceptance import ORACLE_CAP, FixedRuns, UniformPool
 from specsim.metrics import Records
 
 _AR = np.arange(ORACLE_CAP + 2, dtype=np.int64)
@@ -40,7 +42,8 @@ class _Shared:
 
     def __init__(self, env, wl):
         self.env, self.wl = env, wl
-        n = wl.n
+        self.n = n = wl.n
+        self.concurrency = wl.concurrency
         self.arrival = wl.arrival_s.astype(float).copy()
         self.admit, self.first, self.finish = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
         self.queue: deque = deque()
@@ -49,15 +52,15 @@ class _Shared:
         self.finished_event = env.event()
 
     def pump(self, now: float) -> None:
-        wl, q = self.wl, self.queue
-        if wl.concurrency is not None:
-            while self.in_flight < wl.concurrency and self.next < wl.n:
+        q, n, conc = self.queue, self.n, self.concurrency
+        if conc is not None:
+            while self.in_flight < conc and self.next < n:
                 self.arrival[self.next] = now
                 q.append(self.next)
                 self.next += 1
                 self.in_flight += 1
         else:
-            while self.next < wl.n and (self.arrival[self.next] <= now or self.next <= self.force):
+            while self.next < n and (self.arrival[self.next] <= now or self.next <= self.force):
                 q.append(self.next)
                 self.next += 1
 
@@ -87,7 +90,8 @@ class _Replica:
             self.j = 0
             self.delta = np.zeros(1024, _I64)  # context growth at each future local iteration
             self.finish_at: dict[int, list[int]] = {}
-            self.rs: list[tuple] = []
+            self.rs_i: list[int] = []  # requests this replica admitted that take steps, with their first local step
+            self.rs_j: list[int] = []
             self.G = 0 if pol is None else pol.gamma
             return
         S = wl.max_batch
@@ -99,18 +103,15 @@ class _Replica:
         self.step_max = ORACLE_CAP + 1 if pol.oracle else pol.max_gamma
         self.pool = UniformPool(sim.acc, S, self.need, float(wl.output_len.mean()) * self.step_max / 2)
 
-    @property
-    def active(self) -> int:
-        return self.B if self.ahead else len(self.req)
-
     # --- admission ------------------------------------------------------------------------------------
-    def _admit(self) -> list[int]:
+    def _admit(self, active: int) -> list[int]:
         sim, q = self.sim, self.sim.shared.queue
-        cap = sim.wl.max_batch - self.active
+        cap = sim.wl.max_batch - active
+        budget, bytes_l = sim.kv_budget, sim.bytes_l
         new = []
         while q and len(new) < cap:
-            need = sim.req_bytes[q[0]]
-            if sim.kv_budget is not None and self.kv_used + need > sim.kv_budget:
+            need = bytes_l[q[0]]
+            if budget is not None and self.kv_used + need > budget:
                 break
             self.kv_used += need
             new.append(q.popleft())
@@ -146,9 +147,10 @@ class _Replica:
         return early
 
     def _join_ahead(self, new: list[int], now: float, t_first: float) -> tuple[int, float]:
-        """Draw each new request's whole life now (its acceptance is independent of the batch); plain Python."""
-        sim, sh, j, costs = self.sim, self.sim.shared, self.j, self.sim.costs
-        prompt_l, out_l, bytes_l = sim.prompt_l, sim.out_l, sim.bytes_l
+        """Add each new request's whole life to the context schedule (its acceptance is independent of the batch
+        and was drawn ahead, block by block, by `FixedRuns`); plain Python."""
+        sim, sh, j = self.sim, self.sim.shared, self.j
+        runs, ctx0_l, cross_l, out_l, bytes_l = sim.runs, sim.ctx0_l, sim.cross_l, sim.out_l, sim.bytes_l
         early_n, early_b = 0, 0.0
         for i in new:
             sh.admit[i] = now
@@ -159,26 +161,43 @@ class _Replica:
                 early_n += 1
                 early_b += bytes_l[i]
                 continue
-            self.ctx_sum += int(costs.context(prompt_l[i], 1))
-            if costs.enc_dec:
-                self.cross_sum += int(costs.cross(prompt_l[i]))
-            if sim.policy is None:
-                n, s = None, owed
-            else:
-                n = sim.acc.fixed_run(i, self.G, owed)
-                s = n.size
+            self.ctx_sum += ctx0_l[i]
+            if cross_l is not None:
+                self.cross_sum += cross_l[i]
+            tok = None if runs is None else runs.steps(i)  # tokens per step, the last one truncated
+            s = owed if tok is None else tok.size
             if j + s > self.delta.size:
                 self.delta = np.concatenate((self.delta, np.zeros(max(self.delta.size, j + s), _I64)))
-            if n is None:
+            if tok is None:
                 self.delta[j:j + s] += 1
             else:
-                self.delta[j:j + s] += n
-                self.delta[j:j + s] += 1
-                self.delta[j + s - 1] -= int(n.sum()) + s - owed  # the last step is truncated to what is owed
-            self.finish_at.setdefault(j + s - 1, []).append(i)
-            self.rs.append((j, i, n, s))
+                self.delta[j:j + s] += tok
+            fin = self.finish_at.get(j + s - 1)
+            if fin is None:
+                self.finish_at[j + s - 1] = [i]
+            else:
+                fin.append(i)
+            self.rs_i.append(i)
+            self.rs_j.append(j)
             self.B += 1
         return early_n, early_b
+
+    def _leave_ahead(self, gone: list[int], t_end: float) -> int:
+        """`_leave` for a list of requests in plain Python, with the same sums (integers, and KV bytes summed in
+        any order only when every order gives the same float)."""
+        sim = self.sim
+        if len(gone) > 1 and not sim.bytes_exact:
+            return self._leave(np.array(gone, dtype=_I64), t_end)
+        finish, ctx_end_l, cross_l, bytes_l = sim.shared.finish, sim.ctx_end_l, sim.cross_l, sim.bytes_l
+        freed = 0.0
+        for i in gone:
+            finish[i] = t_end
+            self.ctx_sum -= ctx_end_l[i]
+            if cross_l is not None:
+                self.cross_sum -= cross_l[i]
+            freed += bytes_l[i]
+        self.kv_used -= freed
+        return len(gone)
 
     def _leave(self, gone: np.ndarray, t_end: float) -> int:
         sim = self.sim
@@ -236,11 +255,15 @@ class _Replica:
         sim, sh, env = self.sim, self.sim.shared, self.sim.env
         costs, spec, wl, ahead = sim.costs, sim.policy is not None, sim.wl, self.ahead
         steps, glob = sim.steps, self.steps_global
+        spec_step, plain_step, timeout = costs.spec_step, costs.plain_step, env.timeout
+        conc, prompt_l = sh.concurrency, sim.prompt_l
         while True:
             now = env.now
-            sh.pump(now)
-            new = self._admit() if sh.queue else []
-            if not new and not self.active:
+            if sh.next < sh.n and (conc is None or sh.in_flight < conc):  # else pump() would do nothing
+                sh.pump(now)
+            B = self.B if ahead else len(self.req)
+            new = self._admit(B) if sh.queue else []
+            if not new and not B:
                 if sh.done == wl.n:
                     return
                 nxt = sh.next_arrival()
@@ -252,22 +275,20 @@ class _Replica:
                 else:
                     return
                 continue
-            pre_t, early = 0.0, (0, 0.0)
+            pre_t, early = 0.0, None
             if new:
-                pmean = float(wl.prompt_len[new[0]]) if len(new) == 1 else float(wl.prompt_len[new].mean())
+                pmean = sum(prompt_l[i] for i in new) / len(new)  # = prompt_len[new].mean() (exact integers)
                 pre_t, pre_b, pre_f = costs.prefill(len(new), pmean, spec)
                 early = self._join(new, now, now + pre_t)
-            B = self.active
+            B = self.B if ahead else len(self.req)
             gone = None
             if B:
                 L, X = self.ctx_sum / B, self.cross_sum / B
                 if ahead:
-                    G = self.G
-                    self.ctx_sum += int(self.delta[self.j])
-                    fin = self.finish_at.pop(self.j, None)
-                    self.j += 1
-                    if fin is not None:
-                        gone = np.array(fin, dtype=_I64)
+                    G, j = self.G, self.j
+                    self.ctx_sum += int(self.delta[j])
+                    gone = self.finish_at.pop(j, None)
+                    self.j = j + 1
                 elif spec:
                     G, gam, n = self._live_step()
                     sim.rs_req.append(self.req)
@@ -276,7 +297,7 @@ class _Replica:
                     done = self.rem == 0
                     if done.any():
                         gone = self._compact(done)
-                t, b, f = costs.spec_step(B, G, L, X) if spec else costs.plain_step(B, L, X)
+                t, b, f = spec_step(B, G, L, X) if spec else plain_step(B, L, X)
                 if new:
                     t, b, f = t + pre_t, b + pre_b, f + pre_f
                 glob.append(len(steps))
@@ -284,13 +305,17 @@ class _Replica:
                 t_end = now + t
             else:
                 t_end = now + pre_t
-            yield env.timeout(t_end - now)
-            k = early[0]
-            self.kv_used -= early[1]
+            yield timeout(t_end - now)
+            k = 0
+            if early is not None:
+                k = early[0]
+                self.kv_used -= early[1]
             if gone is not None:
-                k += self._leave(gone, t_end)
                 if ahead:
-                    self.B -= gone.size
+                    k += self._leave_ahead(gone, t_end)
+                    self.B -= len(gone)
+                else:
+                    k += self._leave(gone, t_end)
             if k:
                 sh.finished(k)
 
@@ -310,6 +335,16 @@ class _Sim:
         self.kv_budget = memory.kv_budget if memory is not None else None
         self.prompt_l, self.out_l = wl.prompt_len.tolist(), wl.output_len.tolist()
         self.bytes_l = self.req_bytes.tolist()
+        # whole numbers with a total below 2**53 add up exactly in any order (so Python may sum them)
+        self.bytes_exact = bool(np.all(self.req_bytes == np.floor(self.req_bytes))) and \
+            float(self.req_bytes.sum()) < 2.0 ** 53
+        if self.ahead:  # per-request constants as Python scalars for the plain-Python admission
+            self.ctx0_l = costs.context(wl.prompt_len, 1).astype(_I64).tolist()
+            self.ctx_end_l = costs.context(wl.prompt_len, wl.output_len).astype(_I64).tolist()
+            self.cross_l = np.asarray(costs.cross(wl.prompt_len)).astype(_I64).tolist() if costs.enc_dec else None
+            self.runs = None if policy is None else FixedRuns(acc, policy.gamma, wl.output_len - 1)
+        elif acc is not None:
+            acc.streams.expect(wl.n)
         self.shared = _Shared(self.env, wl)
         self.steps: list = []
         self.rs_req, self.rs_n, self.rs_g = [], [], []
@@ -327,19 +362,24 @@ class _Sim:
             else:
                 g = np.full(req.size, self.policy.gamma, _I64)
             step = np.repeat(np.arange(len(batch), dtype=_I64), batch)
-        else:
-            parts = []
-            for r in self.replicas:
-                glob = np.asarray(r.steps_global, dtype=_I64)
-                parts += [(glob[j:j + s], np.full(s, i, _I64), n) for j, i, n, s in r.rs]
-            z = np.zeros(0, _I64)
-            step = np.concatenate([p[0] for p in parts]) if parts else z
-            req = np.concatenate([p[1] for p in parts]) if parts else z
-            n = np.concatenate([p[2] for p in parts]) if parts and self.policy is not None \
-                else np.zeros(step.size, _I64)
-            g = np.full(step.size, 0 if self.policy is None else self.policy.gamma, _I64)
-        order = np.argsort(req, kind="stable")
-        return step[order], req[order], n[order], g[order]
+            order = np.argsort(req, kind="stable")
+            return step[order], req[order], n[order], g[order]
+        # ahead, in request order: request i's steps are consecutive local iterations of its replica from rs_j; map
+        # them through the replicas' steps_global (concatenated; abs0 = where its first step lies in that)
+        nreq = self.wl.n
+        n, _, count = self.runs.all() if self.runs else (None, None, np.maximum(self.wl.output_len - 1, 0))
+        abs0, off, globs = np.zeros(nreq, _I64), 0, []
+        for r in self.replicas:
+            if r.rs_i:
+                abs0[r.rs_i] = np.asarray(r.rs_j, dtype=_I64) + off
+            globs.append(np.asarray(r.steps_global, dtype=_I64))
+            off += len(r.steps_global)
+        total = int(count.sum())
+        req = np.repeat(np.arange(nreq, dtype=_I64), count)
+        local = np.arange(total, dtype=_I64) - np.repeat(np.cumsum(count) - count, count)
+        step = np.concatenate(globs)[abs0[req] + local] if total else np.zeros(0, _I64)
+        g = np.full(total, 0 if self.policy is None else self.policy.gamma, _I64)
+        return step, req, np.zeros(total, _I64) if n is None else n, g
 
 
 def run_engine(wl, costs, acc=None, policy=None, memory=None, replicas: int = 1, kernel: str = "auto") -> Records:
@@ -351,7 +391,7 @@ def run_engine(wl, costs, acc=None, policy=None, memory=None, replicas: int = 1,
     sh = sim.shared
     if sh.done != wl.n:  # pragma: no cover - an engine bug, not a user error
         raise RuntimeError(f"engine stopped with {wl.n - sh.done} requests unfinished")
-    st = np.array(sim.steps, dtype=float).reshape(-1, 6)
+    st = np.fromiter(chain.from_iterable(sim.steps), float, count=6 * len(sim.steps)).reshape(-1, 6)
     batch, gamma = st[:, 2].astype(_I64), st[:, 3].astype(_I64)
     step, req, n, g = sim.request_steps(batch)
     return Records(arrival_s=sh.arrival, admit_s=sh.admit, first_token_s=sh.first, finish_s=sh.finish,

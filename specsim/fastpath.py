@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.acceptance import ORACLE_CAP, UniformPool
+from specsim.acceptance import ORACLE_CAP, FixedRuns, UniformPool
 from specsim.metrics import Records
 
 _AR = np.arange(ORACLE_CAP + 2, dtype=np.int64)
@@ -27,6 +27,7 @@ def _acceptance_lockstep(wl, acc, policy, idx: np.ndarray):
     """Per request-step (request, step number, γ, accepted, tokens) for requests `idx`, in lockstep."""
     need = ORACLE_CAP + 1 if (policy.oracle or policy.adaptive) else policy.gamma + 1
     step_max = ORACLE_CAP + 1 if policy.oracle else policy.max_gamma
+    acc.streams.expect(wl.n)
     pool = UniformPool(acc, len(idx), need, float(wl.output_len[idx].mean()) * step_max / 2)
     slot = np.arange(len(idx), dtype=np.int64)
     ucur = np.array([pool.assign(int(s), int(i)) for s, i in zip(slot, idx)], dtype=np.int64)
@@ -87,11 +88,11 @@ def _lay_out(wl, costs, spec: bool, rs_req, rs_g, rs_n, rs_tok) -> Records:
     order = np.argsort(rs_req, kind="stable")  # within a request, lockstep order = step order
     rs_req, rs_g, rs_n, rs_tok = rs_req[order], rs_g[order], rs_n[order], rs_tok[order]
     prompt = wl.prompt_len[rs_req]
-    first_step = np.r_[True, rs_req[1:] != rs_req[:-1]] if rs_req.size else np.zeros(0, bool)
+    first_step = np.concatenate(([True], rs_req[1:] != rs_req[:-1])) if rs_req.size else np.zeros(0, bool)
     emitted_before = np.cumsum(rs_tok) - rs_tok  # tokens emitted by earlier steps, made per request below
     if rs_req.size:
         starts = np.flatnonzero(first_step)
-        base = np.repeat(emitted_before[starts], np.diff(np.r_[starts, rs_req.size]))
+        base = np.repeat(emitted_before[starts], np.diff(np.append(starts, rs_req.size)))
         emitted = emitted_before - base + 1  # + output token 0 from the prefill
     else:
         emitted = np.zeros(0, np.int64)
@@ -102,8 +103,11 @@ def _lay_out(wl, costs, spec: bool, rs_req, rs_g, rs_n, rs_tok) -> Records:
     else:
         dur, byt, flo = costs.plain_step_vec(L, X)
     # prefill per request (batch 1), folded into its first step as in the engine
-    pre = np.array([costs.prefill(1, float(p), spec) for p in wl.prompt_len]).reshape(-1, 3) if n_req else \
-        np.zeros((0, 3))
+    if n_req:  # one prefill per distinct prompt length
+        up, inv = np.unique(wl.prompt_len, return_inverse=True)
+        pre = np.array([costs.prefill(1, float(p), spec) for p in up]).reshape(-1, 3)[inv.reshape(-1)]
+    else:
+        pre = np.zeros((0, 3))
     dur, byt, flo = dur.copy(), byt.copy(), flo.copy()
     fr = rs_req[first_step]
     dur[first_step] += pre[fr, 0]
@@ -118,7 +122,7 @@ def _lay_out(wl, costs, spec: bool, rs_req, rs_g, rs_n, rs_tok) -> Records:
     first = arrival + pre[:, 0]
     # step end times: arrival of its request + running sum of durations within the request
     csum = np.cumsum(dur)
-    req_start_csum = np.r_[0.0, np.cumsum(np.bincount(rs_req, weights=dur, minlength=n_req))][rs_req]
+    req_start_csum = np.concatenate(([0.0], np.cumsum(np.bincount(rs_req, weights=dur, minlength=n_req))))[rs_req]
     step_end = arrival[rs_req] + (csum - req_start_csum)
     m = rs_req.size
     zeros = np.zeros(m, np.int64)
@@ -136,16 +140,10 @@ def run_fast(wl, costs, acc=None, policy=None) -> Records:
         rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), out)
         z = np.zeros(rs_req.size, np.int64)
         return _lay_out(wl, costs, False, rs_req, z, z, np.ones(rs_req.size, np.int64))
-    if not policy.adaptive and not policy.oracle and acc.constant:  # whole lives at once, request by request
+    if not policy.adaptive and not policy.oracle and acc.constant:  # whole lives at once, vectorized (FixedRuns)
         G = policy.gamma
-        ns = [acc.fixed_run(i, G, int(o) - 1) for i, o in enumerate(wl.output_len)]
-        rs_n = np.concatenate(ns) if ns else np.zeros(0, np.int64)
-        rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), [len(x) for x in ns])
-        tok = rs_n + 1
-        ends = np.cumsum([len(x) for x in ns]) - 1
-        has = np.array([len(x) > 0 for x in ns], dtype=bool)
-        tok[ends[has]] -= (np.bincount(rs_req, weights=tok, minlength=wl.n).astype(np.int64)
-                           - (wl.output_len - 1))[has]
+        rs_n, tok, count = FixedRuns(acc, G, wl.output_len - 1).all()
+        rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), count)
         return _lay_out(wl, costs, True, rs_req, np.full(rs_n.size, G, np.int64), rs_n, tok)
     parts = [_acceptance_lockstep(wl, acc, policy, np.arange(s, min(s + BLOCK, wl.n), dtype=np.int64))
              for s in range(0, wl.n, BLOCK)]

@@ -16,6 +16,7 @@ Time keys ending in _s are in seconds, or in "target-pass units" under fixed_c (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from pydantic import ValidationError
@@ -135,7 +136,7 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
         gamma = max(1, int(policy.gamma))
         eq1 = _eq1(a, gamma)
         eq5 = eq1 / (gamma * c + 1.0)
-        dist = theory.expected_tokens_distribution(a, gamma).tolist() if a < 1 else [0.0] * gamma + [1.0]
+        dist = list(_dist_eq1(a, gamma)) if a < 1 else [0.0] * gamma + [1.0]
     out["tokens_per_target_run_eq1"] = float(eq1)
     out["speedup_eq5"] = float(eq5)
     out["tokens_per_run_dist_eq1"] = dist
@@ -152,9 +153,15 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
     return out
 
 
+@lru_cache(maxsize=4096)  # sweeps evaluate the same (α, γ) point after point
 def _eq1(a: float, gamma: int) -> float:
     """eq. (1), with its limit γ + 1 at α = 1."""
     return float(theory.expected_tokens(a, gamma)) if a < 1 else gamma + 1.0
+
+
+@lru_cache(maxsize=4096)
+def _dist_eq1(a: float, gamma: int) -> tuple:
+    return tuple(theory.expected_tokens_distribution(a, gamma).tolist())
 
 
 def _ratio(a, b):
