@@ -155,7 +155,8 @@ def bench(repeat: int) -> dict:
     _best_cpu(lambda: run_fast(wl_f, costs_f, Acceptance.from_config(cfg_f), pol_f), 1)
     cpu, rec = _best_cpu(lambda: run_fast(wl_f, costs_f, Acceptance.from_config(cfg_f), pol_f), repeat)
     tok_f = int(wl_f.output_len.sum())
-    b1["fast_path"] = {"cpu_s": cpu, "tokens": tok_f, "steps": int(rec.step_end_s.size), "tokens_per_cpu_s": tok_f / cpu}
+    b1["fast_path"] = {"cpu_s": cpu, "tokens": tok_f, "steps": int(rec.step_end_s.size),
+                       "tokens_per_cpu_s": tok_f / cpu}
     for eng, c in (("simpy", cfg), ("fast", cfg_f)):
         cc = c.model_copy(update={"engine": eng})
         cpu, r = _best_cpu(lambda cc=cc: run(cc), repeat)

@@ -85,7 +85,7 @@ plots = false
 def top(profile: cProfile.Profile, n: int = 15, key: str = "cumtime_s") -> list[dict]:
     st = pstats.Stats(profile, stream=io.StringIO())
     rows = []
-    for (file, line, fn), (cc, nc, tt, ct, _) in st.stats.items():
+    for (file, line, fn), (_cc, nc, tt, ct, _) in st.stats.items():
         rows.append({"function": f"{Path(file).name}:{line}({fn})", "calls": nc, "tottime_s": round(tt, 4),
                      "cumtime_s": round(ct, 4)})
     rows.sort(key=lambda r: r[key], reverse=True)

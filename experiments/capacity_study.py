@@ -119,7 +119,7 @@ def break_even(agg: pd.DataFrame, dec: pd.DataFrame, load: str, setup: str) -> p
         lines = [("best", d[load].to_numpy(), d["speedup_sim"].to_numpy(), d)]
         lines += [(str(k), h[load].to_numpy(), h["speedup"].to_numpy(), h)
                   for k, h in ((k, h.sort_values(load)) for k, h in g.groupby("gamma"))]
-        for gamma, x, s, h in lines:
+        for gamma, x, s, _h in lines:
             meas, interp = crossing(x, s)
             rows.append({"setup": setup, "draft": draft, "alpha": float(g["alpha"].iloc[0]),
                          "alpha_source": SOURCE[draft], "gamma": gamma, "load_kind": load,

@@ -171,7 +171,7 @@ def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int
 def bands(loads: list, gammas: list[int], kind: str = "batch") -> list[dict]:
     """Contiguous runs of load points with the same recommended γ (see the module docstring)."""
     out: list[dict] = []
-    for j, (x, g) in enumerate(zip(loads, gammas)):
+    for x, g in zip(loads, gammas):
         if out and out[-1]["gamma"] == g:
             continue
         out.append({"min": x, "gamma": int(g)})

@@ -211,7 +211,8 @@ class ModelProfile(_Strict):
             return cfg[key]
 
         name = name or cfg.get("_name_or_path") or path.parent.name
-        dtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(cfg.get("torch_dtype", "bfloat16"), "bf16")
+        hf_dtypes = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+        dtype = hf_dtypes.get(cfg.get("torch_dtype", "bfloat16"), "bf16")
         try:
             if model_type == "t5":
                 d_model, n_heads = need("d_model"), need("num_heads")
@@ -219,7 +220,8 @@ class ModelProfile(_Strict):
                            n_layers=cfg.get("num_decoder_layers") or need("num_layers"),
                            n_encoder_layers=need("num_layers"), d_model=d_model, d_ff=need("d_ff"),
                            n_heads=n_heads, n_kv_heads=n_heads, head_dim=need("d_kv"), vocab_size=need("vocab_size"),
-                           ffn="gated" if cfg.get("is_gated_act") or "gated" in cfg.get("feed_forward_proj", "") else "plain",
+                           ffn="gated" if cfg.get("is_gated_act") or "gated" in cfg.get("feed_forward_proj", "")
+                           else "plain",
                            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), dtype=dtype)
             if model_type in ("gpt2",):
                 d_model, n_heads = need("n_embd"), need("n_head")

@@ -128,9 +128,13 @@ def test_random_source_from_profile_has_the_profiles_shapes():
     # bit-identical for the same seed, different for another
     again = random_source(prof, layers=2, dtype="fp32", seed=1)
     other = random_source(prof, layers=2, dtype="fp32", seed=2)
-    w = lambda s: s.model.model.layers[0].mlp.up_proj.weight
+    def w(s):
+        return s.model.model.layers[0].mlp.up_proj.weight
+
     assert torch.equal(w(src), w(again)) and not torch.equal(w(src), w(other))
-    n_params = lambda s: sum(p.numel() for p in s.model.parameters())
+    def n_params(s):
+        return sum(p.numel() for p in s.model.parameters())
+
     # the profile's count leaves out the final norm (d_model weights)
     assert n_params(random_source(prof, dtype="fp32")) == prof.total_params + prof.d_model
     qwen = ModelProfile(name="tiny-qwen", n_layers=1, d_model=32, d_ff=64, n_heads=4, n_kv_heads=2, head_dim=8,
@@ -360,7 +364,8 @@ def test_cli_record_and_measure(tmp_path, monkeypatch, capsys):
     assert res["metadata"]["draft"].startswith("bigram") and res["metadata"]["task"] == "prompts"
     assert Trace.read(out).n_tokens == 16
     rc = main(["measure", "--target", src, "--draft", f"{src}:layers=1", "--prompts", str(prompts),
-               "--positions", "1,3", "--batch", "1,2", "--context", "8", "--repeats", "2", "--warmup", "0", "--max-new-tokens", "6",
+               "--positions", "1,3", "--batch", "1,2", "--context", "8", "--repeats", "2", "--warmup", "0",
+               "--max-new-tokens", "6",
                "--gamma", "2", "--hf-compare", "--device", "cpu", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and [(r["batch"], r["positions"]) for r in res["target_passes"]] == [(1, 1), (1, 3), (2, 1), (2, 3)]

