@@ -50,6 +50,8 @@ class CostModel:
         self.stack = stack or IDEAL_STACK
         self.cross_context = cross_context
         self._bw = hardware.bandwidth_bytes_s * self.stack.bandwidth_fraction
+        self._bw_multi = hardware.bandwidth_bytes_s * (self.stack.multi_row_bandwidth_fraction
+                                                       or self.stack.bandwidth_fraction)
         self._peak = hardware.peak_flops(model.dtype) * self.stack.compute_fraction
 
     @property
@@ -100,7 +102,7 @@ class CostModel:
         return self._finish(batch, positions, context, b, f, self.model.n_layers)
 
     def _finish(self, batch: int, positions: int, context: int, b: float, f: float, layers: int) -> PassCost:
-        t_mem, t_cmp = b / self._bw, f / self._peak
+        t_mem, t_cmp = b / (self._bw if batch * positions == 1 else self._bw_multi), f / self._peak
         s = self.stack
         overhead = s.per_call_overhead_s + s.per_layer_overhead_s * layers
         comm = self.comm_time_s(batch, positions)

@@ -1,0 +1,330 @@
+"""Fit a software-stack profile to measured pass times (numpy/scipy only; the executor does the measuring).
+
+The calibrated cost model of one pass is
+    time = max(bytes / (f_bw · BW), FLOPs / (f_c · peak)) + o_call + L · o_layer
+with bytes and FLOPs from the model profile (`specsim.costs.CostModel`), BW and peak from the hardware profile,
+and the four stack parameters f_bw, f_c (achievable fractions, in (0, 1]), o_call, o_layer (seconds, >= 0).
+
+How the fit works (why: the max() makes the problem piecewise linear, and a plain nonlinear solver gets stuck at
+the kink): with a = 1/f_bw and b = 1/f_c the time is linear in (a, b, o_call, o_layer) once every point is assigned
+to its side of the roofline. We alternate "assign each point to the side that is larger at the current
+parameters" and "solve the bounded linear least-squares problem for that assignment" (scipy `lsq_linear`,
+residuals relative to the measured time, so a 1 ms pass counts as much as a 1 s pass), from several starting
+assignments, and keep the best. Parameters the data cannot determine are taken from a base stack and reported:
+- all points on one side of the roofline: the other fraction is not identified (kept at the base value, moved
+  only as far as needed so that every point stays on the side it was fitted on);
+- one layer count only: o_call and o_layer are not separable; their sum is fitted and split in the base
+  stack's proportion at that layer count.
+Every `holdout_every`-th point (indices k-1, 2k-1, ...) is held out of the fit and its error reported.
+
+`multi_row=True` fits a fifth parameter, a separate bandwidth fraction for passes of more than one row (B·P > 1),
+which `RowAwareCostModel` applies: on this project's 2-core CPU eager fp32 PyTorch streams weights at about half
+the rate in small matrix products (verification, 2..16 rows) that it reaches in matrix-vector products (one-token
+steps), which one fraction cannot describe (see experiments/results/validate_cpu.md).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import lsq_linear
+
+from specsim.costs import CostModel
+from specsim.errors import ConfigError
+from specsim.profiles import IDEAL_STACK, HardwareProfile, ModelProfile, StackProfile
+
+MAX_INVERSE_FRACTION = 1e4  # f >= 1e-4: anything slower is a broken measurement, not a stack
+
+
+@dataclass(frozen=True)
+class PassPoint:
+    """One measured pass: model, batch B, new positions P per sequence, cached context L, median time."""
+
+    model: ModelProfile
+    batch: int
+    positions: int
+    context: int
+    time_s: float
+
+
+def points_from_rows(rows: Iterable[dict], model: ModelProfile) -> list[PassPoint]:
+    """Rows as `specsim.executor.measure.pass_times` returns them (batch defaults to 1)."""
+    return [PassPoint(model, int(r.get("batch", 1)), int(r["positions"]), int(r.get("context", 0)),
+                      float(r["time_s"])) for r in rows]
+
+
+@dataclass
+class Terms:
+    """Ideal memory and compute times of each point on the datasheet roofline, its layer count and rows (B·P)."""
+
+    memory_s: np.ndarray
+    compute_s: np.ndarray
+    layers: np.ndarray
+    time_s: np.ndarray
+    rows: np.ndarray
+
+    def take(self, idx: np.ndarray) -> "Terms":
+        return Terms(self.memory_s[idx], self.compute_s[idx], self.layers[idx], self.time_s[idx], self.rows[idx])
+
+
+def roofline_terms(points: Sequence[PassPoint], hardware: HardwareProfile) -> Terms:
+    mem, cmp_, lay, t, rows = [], [], [], [], []
+    models: dict = {}
+    for p in points:
+        if not (p.time_s > 0 and np.isfinite(p.time_s)):
+            raise ConfigError("measured pass time must be a positive number", field="time_s", value=p.time_s)
+        cm = models.get(p.model)
+        if cm is None:
+            cm = models[p.model] = CostModel(p.model, hardware, IDEAL_STACK)
+        mem.append(cm.pass_bytes(p.batch, p.positions, p.context) / hardware.bandwidth_bytes_s)
+        cmp_.append(cm.pass_flops(p.batch, p.positions, p.context) / hardware.peak_flops(p.model.dtype))
+        lay.append(p.model.n_layers)
+        t.append(p.time_s)
+        rows.append(p.batch * p.positions)
+    return Terms(np.array(mem), np.array(cmp_), np.array(lay, dtype=float), np.array(t), np.array(rows))
+
+
+def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fraction: float | None = None) -> np.ndarray:
+    """The calibrated cost model's times for the points (same arithmetic as `CostModel._finish`, TP 1); with
+    `multi_row_bandwidth_fraction`, passes of more than one row (B·P > 1) use it instead (`RowAwareCostModel`)."""
+    f_bw = np.where(terms.rows > 1, multi_row_bandwidth_fraction or stack.bandwidth_fraction,
+                    stack.bandwidth_fraction)
+    return (np.maximum(terms.memory_s / f_bw, terms.compute_s / stack.compute_fraction)
+            + stack.per_call_overhead_s + stack.per_layer_overhead_s * terms.layers)
+
+
+class RowAwareCostModel(CostModel):
+    """CostModel whose passes of more than one row (B·P > 1) stream memory at their own achievable fraction.
+
+    Why: eager fp32 PyTorch on this CPU runs a one-row pass as matrix-vector products (~50% of the copy bandwidth)
+    but 2..16 rows as small matrix products that stream the weights at ~25%, so a 4-position verification costs 2x
+    a one-token step although both are memory-bound on the roofline. The figure lives in
+    `StackProfile.multi_row_bandwidth_fraction`; this subclass only lets a fit's value override the stack's."""
+
+    def __init__(self, model, hardware, stack=None, multi_row_bandwidth_fraction: float | None = None, **kw):
+        stack = stack or IDEAL_STACK
+        if multi_row_bandwidth_fraction is not None:
+            stack = stack.model_copy(update={"multi_row_bandwidth_fraction": multi_row_bandwidth_fraction})
+        super().__init__(model, hardware, stack, **kw)
+        self.multi_row_bandwidth_fraction = stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
+
+
+def error_stats(pred: np.ndarray, meas: np.ndarray) -> dict:
+    """Relative errors in percent: median and max of |pred/meas - 1|, mean signed error, count."""
+    if len(meas) == 0:
+        return {"n": 0, "median_abs_pct": None, "max_abs_pct": None, "mean_abs_pct": None, "mean_pct": None}
+    e = 100.0 * (np.asarray(pred) / np.asarray(meas) - 1.0)
+    return {"n": len(e), "median_abs_pct": float(np.median(np.abs(e))), "max_abs_pct": float(np.abs(e).max()),
+            "mean_abs_pct": float(np.abs(e).mean()), "mean_pct": float(e.mean())}
+
+
+@dataclass
+class FitResult:
+    stack: StackProfile
+    fit_error: dict
+    holdout_error: dict
+    identified: dict
+    fit_index: np.ndarray
+    holdout_index: np.ndarray
+    predicted_s: np.ndarray  # for every point, fitted and held out
+    measured_s: np.ndarray
+    points: list = field(repr=False, default_factory=list)
+    multi_row_bandwidth_fraction: float | None = None  # fitted only with fit_stack(..., multi_row=True)
+
+    def cost_model(self, model: ModelProfile, hardware: HardwareProfile) -> CostModel:
+        """The fitted cost model for `model` (a RowAwareCostModel when the multi-row fraction was fitted)."""
+        if self.multi_row_bandwidth_fraction is None:
+            return CostModel(model, hardware, self.stack)
+        return RowAwareCostModel(model, hardware, self.stack, self.multi_row_bandwidth_fraction)
+
+    def rows(self) -> list[dict]:
+        """One dict per point: model, B, P, L, measured, predicted, error %, whether it was held out."""
+        held = set(self.holdout_index.tolist())
+        return [{"model": p.model.name, "layers": p.model.n_layers, "batch": p.batch, "positions": p.positions,
+                 "context": p.context, "measured_s": float(m), "predicted_s": float(q),
+                 "error_pct": float(100 * (q / m - 1)), "held_out": i in held}
+                for i, (p, m, q) in enumerate(zip(self.points, self.measured_s, self.predicted_s))]
+
+    def summary(self) -> dict:
+        s = self.stack
+        return {"stack": s.model_dump(), "multi_row_bandwidth_fraction": self.multi_row_bandwidth_fraction,
+                "fit_error": self.fit_error, "holdout_error": self.holdout_error, "identified": self.identified,
+                "n_points": len(self.measured_s)}
+
+
+# Parameters x = (a_0[, a_1], b, o_call[, o_layer]) with a_k = 1 / bandwidth fraction of memory class k
+# (class 0: one-row passes, or all passes; class 1: multi-row passes) and b = 1 / compute fraction.
+def _unpack(x, n_cls: int, merged: bool):
+    a = np.asarray(x[:n_cls])
+    b, oc = x[n_cls], x[n_cls + 1]
+    ol = 0.0 if merged else x[n_cls + 2]
+    return a, b, oc, ol
+
+
+def _solve(mem_side: np.ndarray, cls: np.ndarray, n_cls: int, T: Terms, merged: bool) -> np.ndarray:
+    """Bounded linear least squares (relative residuals) for one assignment of points to roofline sides."""
+    cols = [np.where(mem_side & (cls == k), T.memory_s, 0.0) for k in range(n_cls)]
+    cols += [np.where(mem_side, 0.0, T.compute_s), np.ones_like(T.time_s)]
+    if not merged:
+        cols.append(T.layers)
+    A = np.column_stack(cols) / T.time_s[:, None]
+    lo = [1.0] * (n_cls + 1) + [0.0] * (len(cols) - n_cls - 1)
+    hi = [MAX_INVERSE_FRACTION] * (n_cls + 1) + [np.inf] * (len(cols) - n_cls - 1)
+    return lsq_linear(A, np.ones(len(T.time_s)), bounds=(lo, hi), method="bvls").x
+
+
+def _sides(x, cls, n_cls, T: Terms, merged: bool) -> np.ndarray:
+    a, b, _, _ = _unpack(x, n_cls, merged)
+    return a[cls] * T.memory_s >= b * T.compute_s
+
+
+def _loss(x, cls, n_cls, T: Terms, merged: bool) -> float:
+    a, b, oc, ol = _unpack(x, n_cls, merged)
+    pred = np.maximum(a[cls] * T.memory_s, b * T.compute_s) + oc + ol * T.layers
+    return float(np.sum((pred / T.time_s - 1.0) ** 2))
+
+
+def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool) -> np.ndarray:
+    ratio = T.compute_s / T.memory_s
+    starts = [ratio <= 0, ratio >= 0]  # everything memory-bound / everything compute-bound
+    for k in np.geomspace(1.0, 1e3, 13):  # compute side when b·C > a·M, for b/a = k
+        starts.append(k * ratio < 1.0)
+    best, best_loss = None, np.inf
+    for mem_side in starts:
+        seen = set()
+        for _ in range(50):
+            key = mem_side.tobytes()
+            if key in seen:
+                break
+            seen.add(key)
+            x = _solve(mem_side, cls, n_cls, T, merged)
+            mem_side = _sides(x, cls, n_cls, T, merged)
+        loss = _loss(x, cls, n_cls, T, merged)
+        if loss < best_loss - 1e-15:
+            best, best_loss = x, loss
+    return best
+
+
+def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str = "calibrated",
+              holdout_every: int = 4, base: StackProfile | None = None, description: str = "",
+              multi_row: bool = False) -> FitResult:
+    """Fit f_bw, f_c, o_call, o_layer to `points`; every `holdout_every`-th point is held out (0 = none).
+
+    multi_row: also fit a separate bandwidth fraction for passes of more than one row (B·P > 1); see
+    `RowAwareCostModel`. Not identified (and then equal to f_bw) when no multi-row point is memory-bound."""
+    if len(points) < 3:
+        raise ConfigError("calibration needs at least 3 measured passes", field="points", value=len(points))
+    base = base or IDEAL_STACK
+    T_all = roofline_terms(points, hardware)
+    idx = np.arange(len(points))
+    held = (idx % holdout_every == holdout_every - 1) if holdout_every and holdout_every > 1 else np.zeros(
+        len(points), bool)
+    if (~held).sum() < 3:
+        held[:] = False
+    fit_i, hold_i = idx[~held], idx[held]
+    T = T_all.take(fit_i)
+    n_cls = 2 if multi_row else 1
+    cls = (T.rows > 1).astype(int) if multi_row else np.zeros(len(T.rows), int)
+    merged = len(np.unique(T.layers)) < 2
+    x = _fit_params(T, cls, n_cls, merged)
+    a, b, oc, ol = _unpack(x, n_cls, merged)
+    a, b = [float(v) for v in a], float(b)
+    if merged:
+        total, L = float(oc), float(T.layers[0])  # o_call + L·o_layer at the one layer count
+        base_total = base.per_call_overhead_s + L * base.per_layer_overhead_s
+        share = base.per_call_overhead_s / base_total if base_total > 0 else 1.0
+        oc, ol = total * share, total * (1 - share) / L
+    else:
+        oc, ol = float(oc), float(ol)
+    mem_side = np.array(a)[cls] * T.memory_s >= b * T.compute_s
+    ident = {"bandwidth_fraction": bool((mem_side & (cls == 0)).any()), "compute_fraction": bool((~mem_side).any()),
+             "overhead_split": not merged}
+    if multi_row:
+        ident["multi_row_bandwidth_fraction"] = bool((mem_side & (cls == 1)).any())
+    if not ident["compute_fraction"]:  # keep base f_c unless that would pull a fitted point to the compute side
+        b = max(1.0, min(max(1.0 / base.compute_fraction, 1.0),
+                         float(np.min(np.array(a)[cls] * T.memory_s / T.compute_s))))
+    if not ident["bandwidth_fraction"]:
+        one = cls == 0
+        lim = float(np.min(b * T.compute_s[one] / T.memory_s[one])) if one.any() else np.inf
+        a[0] = max(1.0, min(max(1.0 / base.bandwidth_fraction, 1.0), lim))
+    if multi_row and not ident["multi_row_bandwidth_fraction"]:
+        a[1] = a[0]
+    prov = (f"fitted by specsim calibrate on {len(fit_i)} measured passes on {hardware.name}; "
+            f"hold-out {len(hold_i)} points")
+    stack = StackProfile(name=name, description=description or f"calibrated on {hardware.name}",
+                         bandwidth_fraction=min(1.0, 1.0 / a[0]), compute_fraction=min(1.0, 1.0 / b),
+                         per_call_overhead_s=min(oc, 10.0), per_layer_overhead_s=min(ol, 1.0), provenance=prov)
+    multi = min(1.0, 1.0 / a[1]) if multi_row else None
+    pred = predict_times(stack, T_all, multi)
+    return FitResult(stack=stack, fit_error=error_stats(pred[fit_i], T_all.time_s[fit_i]),
+                     holdout_error=error_stats(pred[hold_i], T_all.time_s[hold_i]), identified=ident,
+                     fit_index=fit_i, holdout_index=hold_i, predicted_s=pred, measured_s=T_all.time_s,
+                     points=list(points), multi_row_bandwidth_fraction=multi)
+
+
+# --- writing the profile -------------------------------------------------------------------------------------
+def _grid_text(points: Sequence[PassPoint]) -> str:
+    def u(xs):
+        return sorted(set(xs))
+    models = u(f"{p.model.name} ({p.model.n_layers} layers, {p.model.dtype})" for p in points)
+    return (f"models {models}; batches {u(p.batch for p in points)}; positions {u(p.positions for p in points)}; "
+            f"contexts {u(p.context for p in points)}")
+
+
+def _pct(e: dict) -> str:
+    if not e.get("n"):
+        return "none"
+    return f"median |err| {e['median_abs_pct']:.2f}%, max {e['max_abs_pct']:.2f}% over {e['n']} points"
+
+
+def provenance_lines(fit: FitResult, hardware: HardwareProfile, extra: dict | None = None) -> list[str]:
+    """Comment lines (without '# ') that say where the profile came from."""
+    lines = [f"date: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
+             f"hardware profile: {hardware.name}"]
+    for k, v in (extra or {}).items():
+        lines.append(f"{k}: {v}")
+    lines += [f"grid: {_grid_text(fit.points)}",
+              f"fit error ({len(fit.fit_index)} fitted points): {_pct(fit.fit_error)}",
+              f"hold-out error (every k-th point held out of the fit): {_pct(fit.holdout_error)}",
+              "identified by the data: " + ", ".join(f"{k}={v}" for k, v in fit.identified.items())]
+    return lines
+
+
+def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile, extra: dict | None = None) -> Path:
+    """A stack profile TOML that `specsim.profiles.load_stack` reads, with provenance as comments."""
+    path = Path(path)
+    s = fit.stack
+    head = [("Stack profile fitted by `specsim calibrate` (specsim/calibrate.py): time = max(bytes/(f_bw*BW), "
+             "FLOPs/(f_c*peak)) + o_call + layers*o_layer"
+             + ("; passes of B*P > 1 rows use multi_row_bandwidth_fraction for f_bw"
+                if fit.multi_row_bandwidth_fraction is not None else ""))]
+    head += provenance_lines(fit, hardware, extra)
+    prov = "; ".join([s.provenance, f"fit {_pct(fit.fit_error)}", f"hold-out {_pct(fit.holdout_error)}"]
+                     + [f"{k} {v}" for k, v in (extra or {}).items()])
+    body = [f"name = {json.dumps(s.name)}",
+            f"description = {json.dumps(s.description)}",
+            f"bandwidth_fraction = {s.bandwidth_fraction!r}",
+            f"compute_fraction = {s.compute_fraction!r}",
+            f"per_call_overhead_s = {s.per_call_overhead_s!r}",
+            f"per_layer_overhead_s = {s.per_layer_overhead_s!r}",
+            f"provenance = {json.dumps(prov)}"]
+    if fit.multi_row_bandwidth_fraction is not None:
+        line = f"multi_row_bandwidth_fraction = {fit.multi_row_bandwidth_fraction!r}"
+        if "multi_row_bandwidth_fraction" in StackProfile.model_fields:
+            body.insert(3, line)
+        else:  # the schema has no such field yet: keep the figure, as a comment, so the file still loads
+            body.append(f"# {line}  (passes of B*P > 1 rows; needs StackProfile.multi_row_bandwidth_fraction, "
+                        "see specsim.calibrate.RowAwareCostModel)")
+    text = "".join(f"# {ln.replace(chr(10), ' ')}\n" for ln in head) + "\n".join(body) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot write stack profile: {e.strerror or e}", file=path) from None
+    return path

@@ -1,0 +1,168 @@
+"""`specsim calibrate` (fit a stack profile to measured pass times) and `specsim validate` (simulator vs a real run).
+
+SRC is a local Hugging Face directory, a .gguf file or `profile:<model-profile>[:layers=N]` (random weights); the
+draft of `validate` may also be `bigram[:k=K]` / `prompt-lookup[:n=N]`. torch is imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import typer
+
+from specsim.cli.output import emit_json, table
+from specsim.errors import ConfigError
+
+
+def _ints(text: str, field: str, lo: int = 1) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError("must be comma-separated integers", field=field, value=text) from None
+    if not vals or min(vals) < lo:
+        raise ConfigError(f"values must be >= {lo}", field=field, value=text)
+    return sorted(set(vals))
+
+
+def _log(json_out: bool):
+    return (lambda *a: None) if json_out else (lambda *a: print(*a, file=sys.stderr))
+
+
+def machine_text(device: str) -> str:
+    import torch
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(0)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} torch threads"
+
+
+def calibrate_cmd(
+    hardware: str = typer.Option(..., "--hardware", help="hardware profile the fit is relative to"),
+    model: list[str] = typer.Option(..., "--model", help="SRC to time (repeat for several models / layer counts)"),
+    out: str = typer.Option(..., "--out", help="stack profile TOML to write"),
+    profile_name: str | None = typer.Option(None, "--profile-name", help="name of the stack [hardware-calibrated]"),
+    positions: str = typer.Option("1,2,3,4,5,6,8,12,16,32,64", "--positions", help="new positions P per pass"),
+    batches: str = typer.Option("1", "--batches", help="batch sizes B (B > 1 needs a transformers model)"),
+    contexts: str = typer.Option("0,128", "--contexts", help="cached positions L before each pass"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="timed repetitions per point (median)"),
+    warmup: int = typer.Option(1, "--warmup", min=0),
+    holdout_every: int = typer.Option(4, "--holdout-every", min=0, help="hold out every k-th point (0 = none)"),
+    multi_row: bool = typer.Option(False, "--multi-row", help="also fit a bandwidth fraction for passes of B·P > 1 "
+                                   "rows (written as a comment until StackProfile has the field)"),
+    base: str | None = typer.Option(None, "--base", help="stack for what the data cannot identify "
+                                                            "[the hardware's default stack]"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Fit a stack profile (fractions of bandwidth and peak, per-call and per-layer overheads) to measured passes."""
+    from specsim import profiles
+    from specsim.calibrate import fit_stack, points_from_rows, write_stack_toml
+    from specsim.cli.executor import _device, _need_torch
+    _need_torch()
+    import torch
+    import transformers
+
+    from specsim.executor.sources import load_source
+    from specsim.executor.validate import grid_pass_times, profile_of_source
+    hw = profiles.hardware(hardware)
+    base_stack = profiles.stack(base or hw.default_stack)
+    dev = _device(device)
+    P, B, L = _ints(positions, "positions"), _ints(batches, "batches"), _ints(contexts, "contexts", lo=0)
+    log = _log(json_out)
+    points, grids = [], {}
+    for spec in model:
+        src = load_source(spec, device=dev, dtype=dtype, seed=seed)
+        prof = profile_of_source(spec, src)
+        if prof is None:
+            raise ConfigError("an n-gram draft has no weights to calibrate", field="--model", value=spec,
+                              allowed="a HF directory, a .gguf file or profile:<name>[:layers=N]")
+        log(f"[calibrate] timing {spec} ({prof.n_layers} layers, {prof.dtype}) over {len(P) * len(B) * len(L)} points")
+        rows = grid_pass_times(src, P, L, B, repeats=repeats, warmup=warmup, seed=seed)
+        grids[spec] = rows
+        points += points_from_rows(rows, prof)
+        del src
+    fit = fit_stack(points, hw, name=profile_name or f"{hw.name}-calibrated", holdout_every=holdout_every,
+                    base=base_stack, description=f"fitted to measured passes of {', '.join(model)} on {hw.name}",
+                    multi_row=multi_row)
+    extra = {"machine": machine_text(dev), "torch": torch.__version__, "transformers": transformers.__version__,
+             "models": ", ".join(model), "repeats": f"median of {repeats} after {warmup} warm-up"}
+    path = write_stack_toml(out, fit, hw, extra)
+    res = {"out": str(path), **fit.summary(), "points": fit.rows(), "provenance": extra}
+    if json_out:
+        emit_json(res)
+        return
+    table(f"calibration on {hw.name}: {path}", ["model", "batch", "positions", "context", "measured_s",
+                                                 "predicted_s", "error_pct", "held_out"],
+          [[r["model"], r["batch"], r["positions"], r["context"], r["measured_s"], r["predicted_s"], r["error_pct"],
+            "yes" if r["held_out"] else ""] for r in fit.rows()])
+    s = fit.stack
+    table("fitted stack", ["quantity", "value"],
+          [["bandwidth_fraction", s.bandwidth_fraction], ["compute_fraction", s.compute_fraction],
+           ["per_call_overhead_s", s.per_call_overhead_s], ["per_layer_overhead_s", s.per_layer_overhead_s],
+           ["multi_row_bandwidth_fraction", fit.multi_row_bandwidth_fraction],
+           ["fit median |err| %", fit.fit_error["median_abs_pct"]],
+           ["hold-out median |err| %", fit.holdout_error["median_abs_pct"]],
+           ["hold-out max |err| %", fit.holdout_error["max_abs_pct"]]])
+
+
+def validate_cmd(
+    target: str = typer.Option(..., "--target", help="target SRC"),
+    draft: str = typer.Option(..., "--draft", help="draft SRC (also bigram / prompt-lookup)"),
+    prompts: str = typer.Option(..., "--prompts", help="prompts file (.txt one per line, .jsonl, .json)"),
+    gamma: int = typer.Option(3, "--gamma", min=1, max=64, help="draft length γ"),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = argmax (the replay is then exact)"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1),
+    hardware: str = typer.Option("cpu-2core", "--hardware", help="hardware profile of this machine"),
+    stack: str | None = typer.Option(None, "--stack", help="stack TOML for calibrated mode [fit one here]"),
+    repeats: int = typer.Option(2, "--repeats", min=1, help="end-to-end repetitions (median)"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="use the first N prompts"),
+    chat: bool = typer.Option(True, "--chat/--no-chat", help="wrap text prompts in the chat template"),
+    trace_out: str | None = typer.Option(None, "--trace-out", help="also write the recorded β trace"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Run speculative and plain decoding for real, replay the recorded trace through the engine, compare."""
+    from specsim import profiles
+    from specsim.cli.executor import _device, _load_pair, _need_torch, _sampling
+    _need_torch()
+    from specsim.errors import check_range
+    from specsim.executor.validate import profile_of_source, validate_pair
+    check_range("temperature", temperature, lo=0, hi=100)
+    hw = profiles.hardware(hardware)
+    st = profiles.load_stack(stack) if stack else None
+    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit)
+    res = validate_pair(tgt, dft, prompt_ids, hardware=hw, target_profile=profile_of_source(target, tgt),
+                        draft_profile=profile_of_source(draft, dft), gamma=gamma, max_new_tokens=max_new_tokens,
+                        sampling=_sampling(temperature, None, None), repeats=repeats, seed=seed, stack=st,
+                        log=_log(json_out))
+    trace = res.pop("trace")
+    res.pop("fit")
+    res.pop("fit_multi_row")
+    if trace_out:
+        res["trace_out"] = str(trace.write(trace_out))
+    if json_out:
+        emit_json(res)
+        return
+    for mode in ("calibrated", "calibrated_multi_row", "measured"):
+        if mode not in res:
+            continue
+        cmp_ = res[mode]["compare"]
+        table(f"{mode} mode: {tgt.name} ← {dft.name}, γ = {gamma}, T = {temperature}, α = {res['alpha']:.3f}",
+              ["quantity", "measured", "predicted", "error_pct"],
+              [[k, v["measured"], v["predicted"], v["error_pct"]] for k, v in cmp_.items()],
+              caption=f"replay: {res[mode]['replay']['steps_agreeing']}/{res[mode]['replay']['steps']} steps agree")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate_cmd)
+    app.command("validate")(validate_cmd)
