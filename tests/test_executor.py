@@ -209,6 +209,32 @@ def test_same_seed_same_output_and_seeds_differ(pair):
     assert any(dec.generate([4, 5], 20, seed=s).tokens != a.tokens for s in range(12, 16))
 
 
+def test_fused_prefill_keeps_the_steps_and_the_output(pair):
+    """Fusing the prefill into the first verification (the default) changes no step, token or random draw."""
+    target, draft = pair
+    prompt = [3, 7, 1, 9, 4, 2, 8]
+    for cfg, seed in ((GREEDY, 0), (SamplingConfig(1.0), 5)):
+        for clip in (True, False):
+            fused = SpeculativeDecoder(target, draft, 3, cfg, clip_gamma=clip).generate(prompt, 17, seed=seed)
+            split = SpeculativeDecoder(target, draft, 3, cfg, clip_gamma=clip, fuse_prefill=False).generate(
+                prompt, 17, seed=seed)
+            assert fused.tokens == split.tokens and fused.accepted == split.accepted
+            assert fused.gammas == split.gammas and fused.prefill_time_s <= split.prefill_time_s
+    one = SpeculativeDecoder(target, draft, 3, GREEDY).generate(prompt, 1)       # g = 0 on the fused first step
+    assert one.tokens == PlainDecoder(target, GREEDY).generate(prompt, 1).tokens and one.gammas == [0]
+
+
+def test_row_gemm_keeps_the_logits():
+    """The opt-in CPU kernel fix computes the same Linear outputs for 1..6 rows (it only reorders the sum)."""
+    from specsim.executor.sources import use_row_gemm
+    lin = torch.nn.Linear(16, 24)
+    x = torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(0))
+    ref = [lin(x[:, :r]) for r in range(1, 7)]
+    assert use_row_gemm(lin) == 1
+    for r in range(1, 7):
+        assert torch.allclose(lin(x[:, :r]), ref[r - 1], atol=1e-5) and lin(x[:, :r]).shape == ref[r - 1].shape
+
+
 def test_eos_stops_both_decoders(pair):
     target, draft = pair
     ref = PlainDecoder(target, GREEDY).generate([1, 2], 20).tokens

@@ -119,7 +119,8 @@ def end_to_end(target: Source, draft: Source, prompts: Sequence[Sequence[int]], 
         spec_t.append(t)
         t, plain_res = _run_all(plain.generate, prompts, max_new_tokens, seed, eos_token_id)
         plain_t.append(t)
-    timed = SpeculativeDecoder(target, draft, gamma, sampling, lenience=lenience, timing=True)
+    # per-step means from the separate-prefill structure (same steps), so no step's time includes the prompt
+    timed = SpeculativeDecoder(target, draft, gamma, sampling, lenience=lenience, timing=True, fuse_prefill=False)
     _, timed_res = _run_all(timed.generate, prompts, max_new_tokens, seed, eos_token_id)
     steps = [s for r in timed_res for s in r.steps]
     n_steps = max(len(steps), 1)

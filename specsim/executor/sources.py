@@ -65,6 +65,33 @@ class Source:
         return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size}
 
 
+def _row_gemm_linear(self, x: torch.Tensor) -> torch.Tensor:
+    rows = x.shape[:-1].numel()
+    if 1 < rows <= self._row_gemm_max and x.device.type == "cpu":
+        y = (self.weight @ x.reshape(rows, -1).T).T
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], -1)
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def use_row_gemm(model, max_rows: int = 4) -> int:
+    """Opt-in CPU kernel fix: compute Linear layers on 2..max_rows rows as W @ xᵀ instead of F.linear.
+
+    Why: with MKL fp32 on a 2-core CPU, F.linear on 2-4 rows takes a path 2-3x slower than one row, so a
+    4-position verification cost ~2x a one-token pass; W @ xᵀ brings it to ~1.1x (Qwen2.5-1.5B: 0.59 → 0.32 s).
+    Same math, different summation order (logits move ~1e-5 relative). Patches the modules in place, so every
+    user of the model (HF's generate too) gets it. Returns the number of Linear layers patched."""
+    import types
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m._row_gemm_max = int(max_rows)
+            m.forward = types.MethodType(_row_gemm_linear, m)
+            n += 1
+    return n
+
+
 class HFSource(Source):
     """A causal LM with a `DynamicCache`; cropping drops the rejected drafts' KV entries."""
 

@@ -4,6 +4,13 @@ One speculative step: γ draft passes (one position each, through the draft's KV
 γ+1 positions (the pending last token + the γ drafts), accept/reject with min(1, p/q), the residual on a
 rejection or the bonus token on a clean sweep, then both caches are cropped to the emitted prefix.
 
+Fused prefill (`fuse_prefill=True`, the default, what HF assisted generation does): there is no separate
+prefill; the first step feeds the whole prompt to the draft (its first draft pass) and the whole prompt plus the
+γ drafts to the target in ONE pass whose last γ+1 logits verify them. Same passes per token, same randomness
+draws, same accepted counts step for step; only the first StepRecord's draft/verify times now include the
+prompt (prefill_time_s is ~0). `fuse_prefill=False` keeps a separate prefill over prompt[:-1] on both models,
+the structure the simulator's engine models (specsim.executor.validate uses it).
+
 Cache invariant between steps: the target's cache holds every token but the last (the "pending" token, fed
 first in the next verification pass); the draft's cache holds every token but `draft_pending` (the pending token,
 plus the last draft after a clean sweep, which the draft never consumed). No prefix is ever recomputed.
@@ -25,7 +32,10 @@ from specsim.executor.sources import Source
 
 @dataclass
 class StepRecord:
-    """One target run: the draft length used, drafts accepted, tokens emitted, and where the time went."""
+    """One target run: the draft length used, drafts accepted, tokens emitted, and where the time went.
+
+    With a fused prefill (SpeculativeDecoder's default) the first record's draft and verify times include the
+    prompt's passes on both models; exclude steps[0] when per-step pass times are wanted."""
 
     gamma: int
     accepted: int
@@ -40,7 +50,7 @@ class DecodeResult:
     prompt_len: int
     tokens: list[int]
     steps: list[StepRecord] = field(default_factory=list)
-    prefill_time_s: float = 0.0
+    prefill_time_s: float = 0.0  # ~0 for a fused prefill (the prompt is then inside steps[0])
     walltime_s: float = 0.0
     probs: torch.Tensor | None = None  # plain decoding with keep_probs: [len(tokens), V] adjusted distributions
 
@@ -151,11 +161,13 @@ class SpeculativeDecoder:
     max_new_tokens (what HF does); without it the last step runs full γ and the output is truncated."""
 
     def __init__(self, target: Source, draft: Source, gamma: int, sampling: SamplingConfig = PLAIN,
-                 lenience: float = 1.0, broken: str | None = None, clip_gamma: bool = True, timing: bool = True):
+                 lenience: float = 1.0, broken: str | None = None, clip_gamma: bool = True, timing: bool = True,
+                 fuse_prefill: bool = True):
         if not 1 <= gamma <= 256:
             raise ConfigError("gamma out of range", field="gamma", value=gamma, allowed="[1, 256]")
         self.target, self.draft, self.gamma, self.sampling = target, draft, int(gamma), sampling
         self.lenience, self.broken, self.clip_gamma, self.timing = lenience, broken, clip_gamma, timing
+        self.fuse_prefill = fuse_prefill
 
     @torch.inference_mode()
     def generate(self, prompt, max_new_tokens: int, seed: int = 0, eos_token_id: int | None = None,
@@ -169,14 +181,15 @@ class SpeculativeDecoder:
 
         t_start = clock()
         tstate, dstate = tgt.new_state(), dft.new_state()
-        if len(ids) > 1:
+        split = len(ids) - 1 if self.fuse_prefill else 0   # fused: the first step feeds the whole prompt
+        if len(ids) > 1 and not self.fuse_prefill:
             tgt.forward(ids[:-1], tstate, keep=1)
             dft.forward(ids[:-1], dstate, keep=1)
-        _sync(dev)
+            _sync(dev)
         res = DecodeResult(prompt_len=len(ids), tokens=[], prefill_time_s=clock() - t_start)
         seq = ids.tolist()
-        t_pending = ids[-1:].to(dev)          # the target's cache lacks exactly this token
-        d_pending = ids[-1:]                  # ... and the draft's cache lacks these
+        d_pending = ids[len(ids) - 1 - split:]      # the draft's cache lacks these (one token, or the prompt)
+        t_pending = d_pending.to(dev)               # ... and the target's cache exactly these
         new: list[int] = []
         while len(new) < max_new_tokens:
             g = min(self.gamma, max_new_tokens - len(new) - 1) if self.clip_gamma else self.gamma

@@ -145,7 +145,8 @@ def run_end_to_end(target, draft, prompts, gamma: int, max_new_tokens: int, samp
     Returns the walltimes of each repetition (whole prompt set), and the last repetition's per-prompt results."""
     from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
 
-    spec = SpeculativeDecoder(target, draft, gamma, sampling, clip_gamma=False, timing=True)
+    spec = SpeculativeDecoder(target, draft, gamma, sampling, clip_gamma=False, timing=True,
+                              fuse_prefill=False)  # the engine models a separate prefill
     plain = PlainDecoder(target, sampling, timing=True)
     for _ in range(warmup):
         spec.generate(prompts[0], min(8, max_new_tokens), seed=seed)
