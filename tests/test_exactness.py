@@ -11,7 +11,6 @@ Tiny random-init Llama pairs (vocab 32): the draft is the target plus weight noi
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 
 import numpy as np
@@ -22,36 +21,24 @@ transformers = pytest.importorskip("transformers")
 from scipy import stats
 
 from specsim.executor.sampling import SamplingConfig, adjust, overlap, speculative_accept
-from specsim.executor.sources import BigramDraft, HFSource, PromptLookupDraft
+from specsim.executor.sources import BigramDraft, PromptLookupDraft
 from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
 
 P_THRESHOLD = 1e-3   # reject "same distribution" below this p-value
 V = 32
 T1 = SamplingConfig(temperature=1.0)
+from tiny_models import one_thread, tiny_pair as _tiny_pair  # noqa: E402,F401  (tests/ is on sys.path)
+
 GREEDY = SamplingConfig(temperature=0.0)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):  # noqa: F811  (the shared fixture, applied to every test here)
     yield
-    torch.set_num_threads(n)
 
 
 def tiny_pair(seed: int, noise: float, scale: float = 16.0):
-    """Target: random Llama with its head scaled (peaked distributions); draft: target + weight noise."""
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    target = transformers.LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        target.lm_head.weight.mul_(scale)
-    draft = copy.deepcopy(target)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn_like(p) * p.abs().mean())
-    return HFSource(target, "target"), HFSource(draft, "draft")
+    return _tiny_pair(seed, noise, scale, vocab=V, max_positions=256)
 
 
 def chi2_pvalue(observed: np.ndarray, probs: np.ndarray) -> float:

@@ -6,7 +6,6 @@ needed. Exactness of the output distribution is in test_exactness.py.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
@@ -31,32 +30,19 @@ from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
 from specsim.profiles import ModelProfile
 from specsim.traces import Trace
 
+from tiny_models import one_thread, tiny_pair as _tiny_pair  # noqa: E402,F401  (tests/ is on sys.path)
+
 GREEDY = SamplingConfig(temperature=0.0)
 V = 32
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: thread hand-offs cost more than the matmuls, and CI cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):  # noqa: F811  (the shared fixture, applied to every test here)
     yield
-    torch.set_num_threads(n)
 
 
 def tiny_pair(seed: int = 0, noise: float = 0.2, scale: float = 16.0):
-    """Target: random Llama with a sharpened head; draft: the same weights plus noise (agrees sometimes)."""
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    target = transformers.LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        target.lm_head.weight.mul_(scale)
-    draft = copy.deepcopy(target)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn_like(p) * p.abs().mean())
-    return HFSource(target, "tiny-target"), HFSource(draft, "tiny-draft")
+    return _tiny_pair(seed, noise, scale, vocab=V)
 
 
 @pytest.fixture(scope="module")
