@@ -32,6 +32,13 @@ class SimConfig(BaseModel):
     fixed_c: float | None = Field(default=None, ge=0, lt=10,
                                   description="override the cost model: target pass = 1 unit whatever its "
                                               "positions (free verification), draft pass = c units")
+    measured_target: str | None = Field(default=None, description="measured cost mode for the target: CSV of "
+                                        "measured pass times (`MeasuredCosts.read_csv`: columns kind, batch, "
+                                        "positions, context, time_s; kind = decode | prefill, default decode; "
+                                        "decode rows a full grid over batch × positions × context, interpolated); "
+                                        "None = the roofline cost model")
+    measured_draft: str | None = Field(default=None, description="measured cost mode for the draft: CSV of "
+                                       "measured pass times, same format as measured_target; None = the roofline")
 
     # workload
     batch: int = Field(default=1, ge=1, le=4096, description="closed loop: concurrent requests (max batch)")
@@ -60,4 +67,6 @@ class SimConfig(BaseModel):
             raise ValueError("give exactly one of alpha and trace")
         if self.rate is not None and self.arrivals_csv is not None:
             raise ValueError("give at most one of rate and arrivals_csv")
+        if self.fixed_c is not None and (self.measured_target is not None or self.measured_draft is not None):
+            raise ValueError("give at most one of fixed_c and measured_target / measured_draft")
         return self

@@ -62,17 +62,37 @@ def _costs(cfg: SimConfig):
     if cfg.fixed_c is not None:
         return StepCosts(None, None, cfg.fixed_c), None, None, None, None
     from specsim import profiles as prof
-    from specsim.costs import CostModel
 
     hw = prof.hardware(cfg.hardware)
     st = prof.stack(hw.default_stack if cfg.stack is None else cfg.stack)
-    target = CostModel(prof.model(cfg.target), hw, st, tp=cfg.tp)
-    draft = CostModel(prof.model(cfg.draft), hw, st, tp=cfg.tp)
+    target = _cost_model(prof.model(cfg.target), hw, st, cfg.tp, cfg.measured_target, "measured_target")
+    draft = _cost_model(prof.model(cfg.draft), hw, st, cfg.tp, cfg.measured_draft, "measured_draft")
     if target.model.architecture != draft.model.architecture:
         raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="draft",
                           value=cfg.draft, allowed=f"a {target.model.architecture} model like the target")
     return (StepCosts(target, draft), target, draft, hw.bandwidth_bytes_s,
             hw.peak_flops(target.model.dtype))
+
+
+def _cost_model(model, hw, st, tp: int, measured: str | None, field: str):
+    """The roofline CostModel, or (measured cost mode) pass times interpolated from the CSV at `measured`."""
+    from specsim.costs import CostModel
+
+    if measured is None:
+        return CostModel(model, hw, st, tp=tp)
+    import csv
+
+    from specsim.measured import MeasuredCosts
+
+    if model.architecture == "encoder-decoder":
+        raise ConfigError("measured cost mode supports decoder-only models", field=field, value=measured,
+                          allowed=f"a decoder-only model (got {model.name}, {model.architecture})")
+    try:
+        mc = MeasuredCosts.read_csv(measured, model, hw)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:  # FileNotFoundError is already a ConfigError
+        raise ConfigError(f"cannot read measured table ({type(e).__name__})", file=measured, field=field) from None
+    mc.tp = tp  # the table times the whole TP group; memory accounting is per chip like the roofline's
+    return mc
 
 
 def simulate(cfg: SimConfig) -> SimResult:

@@ -43,7 +43,7 @@ DEFAULT_POINT_FN = "specsim.simulate:run"
 MAX_POINTS = 5_000_000
 _TOP_KEYS = {"name", "description", "fixed", "grid", "run"}
 _RUN_KEYS = {"point_fn", "chunk_size", "plots"}
-_PATH_FIELDS = ("trace", "arrivals_csv")
+_PATH_FIELDS = ("trace", "arrivals_csv", "measured_target", "measured_draft")
 _PROFILE_FIELDS = ("hardware", "target", "draft", "stack")
 _FIELDS = list(SimConfig.model_fields)
 

@@ -33,6 +33,11 @@ def simulate_cmd(
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT objective for goodput, s"),
     slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT objective for goodput, s"),
     engine: str | None = typer.Option(None, "--engine", help="simpy (default) | fast | auto"),
+    measured_target: str | None = typer.Option(None, "--measured-target", metavar="CSV",
+                                               help="target pass times from a measured table (batch, positions, "
+                                                    "context, time_s) instead of the roofline"),
+    measured_draft: str | None = typer.Option(None, "--measured-draft", metavar="CSV",
+                                              help="draft pass times from a measured table, as --measured-target"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Simulate speculative decoding and its paired no-speculation baseline."""
@@ -45,7 +50,8 @@ def simulate_cmd(
                       policy=policy, batch=batch, rate=rate, max_batch=max_batch, arrivals_csv=arrivals,
                       requests=requests, prompt_len=prompt_len, output_len=output_len, length_dist=length_dist,
                       seed=seed, stack=stack, tp=tp, replicas=replicas, lenience=lenience, fixed_c=fixed_c,
-                      slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, engine=engine)
+                      slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, engine=engine, measured_target=measured_target,
+                      measured_draft=measured_draft)
     r = run(cfg)
     if json_out:
         emit_json(r)
