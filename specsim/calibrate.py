@@ -315,12 +315,7 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
             f"per_layer_overhead_s = {s.per_layer_overhead_s!r}",
             f"provenance = {json.dumps(prov)}"]
     if fit.multi_row_bandwidth_fraction is not None:
-        line = f"multi_row_bandwidth_fraction = {fit.multi_row_bandwidth_fraction!r}"
-        if "multi_row_bandwidth_fraction" in StackProfile.model_fields:
-            body.insert(3, line)
-        else:  # the schema has no such field yet: keep the figure, as a comment, so the file still loads
-            body.append(f"# {line}  (passes of B*P > 1 rows; needs StackProfile.multi_row_bandwidth_fraction, "
-                        "see specsim.calibrate.RowAwareCostModel)")
+        body.insert(3, f"multi_row_bandwidth_fraction = {fit.multi_row_bandwidth_fraction!r}")
     text = "".join(f"# {ln.replace(chr(10), ' ')}\n" for ln in head) + "\n".join(body) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ def calibrate_cmd(
     warmup: int = typer.Option(1, "--warmup", min=0),
     holdout_every: int = typer.Option(4, "--holdout-every", min=0, help="hold out every k-th point (0 = none)"),
     multi_row: bool = typer.Option(False, "--multi-row", help="also fit a bandwidth fraction for passes of B·P > 1 "
-                                   "rows (written as a comment until StackProfile has the field)"),
+                                   "rows (StackProfile.multi_row_bandwidth_fraction)"),
     base: str | None = typer.Option(None, "--base", help="stack for what the data cannot identify "
                                                             "[the hardware's default stack]"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
