@@ -59,6 +59,29 @@ def test_paper_conclusion_t5_small_is_the_best_draft(t5_results, setting):
     assert res["ranking"][-1] == "t5-v1_1-large"
 
 
+# The paper's measured T5-small speedups (PAPER-FACTS.md, Table 2) beside the most any model of its α allows: a
+# step emits at most one token past its first rejection, so at T = 0 (β ∈ {0, 1}) every step absorbs at least one
+# rejected position and tokens per target run can never exceed 1 / (1 − α), whatever γ, γ policy, draft cost or
+# clustering of acceptance; and a step costs at least one target pass. CNNDM T = 0 measured 3.1× at α = 0.65, above
+# that ceiling of 2.86× — so the timed runs did not have the α the paper lists, and no cost calibration can make a
+# simulator reproduce Table 2's walltimes (and the ranking they imply) from Table 2's α. This is why the xfails
+# above stay: the conclusion rests on measurements that contradict the paper's own inputs.
+PAPER_T5_SMALL_SPEEDUP = {"EnDe T=0": 3.4, "EnDe T=1": 2.6, "CNNDM T=0": 3.1, "CNNDM T=1": 2.3}
+
+
+def test_paper_t5_small_speedups_against_the_oracle_ceiling():
+    ceiling = {s: float(theory.oracle_expected_tokens(T5_ALPHA[s][0])) for s in T5_ALPHA}
+    print({s: (PAPER_T5_SMALL_SPEEDUP[s], round(ceiling[s], 3)) for s in T5_ALPHA})
+    assert PAPER_T5_SMALL_SPEEDUP["CNNDM T=0"] > ceiling["CNNDM T=0"]  # 3.1 > 2.857: unreachable at α = 0.65
+    assert PAPER_T5_SMALL_SPEEDUP["EnDe T=0"] < ceiling["EnDe T=0"]  # 3.4 < 4.0: reachable
+    # the simulator obeys the ceiling: oracle γ, a free draft and free verification, CNNDM T = 0 α for T5-small
+    from specsim.simulate import make_config, run
+    row = run(make_config(hardware="tpu-v4", target="t5-v1_1-xxl", draft="t5-v1_1-small", alpha=0.65,
+                          policy="oracle", fixed_c=0.0, requests=64, prompt_len=512, output_len=128, seed=0))
+    assert row["tokens_per_target_run"] <= ceiling["CNNDM T=0"] * 1.03
+    assert row["speedup"] < PAPER_T5_SMALL_SPEEDUP["CNNDM T=0"]
+
+
 def test_t5_large_is_last_everywhere(t5_results):
     """What the paper's conclusion and the model agree on: the 800M draft (c ≈ 0.11) is the worst of the three."""
     assert all(r["ranking"][-1] == "t5-v1_1-large" for r in t5_results.values())
