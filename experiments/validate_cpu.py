@@ -63,7 +63,7 @@ def run_pair(key: str, cfg: dict, args) -> dict:
     tdir = cached_model_dir(cfg["target"])
     if tdir is None:
         raise SystemExit(f"validate_cpu: {cfg['target']} is not fetched (specsim models fetch {cfg['target']})")
-    target = hf_source(tdir, dtype="fp32")
+    target = hf_source(tdir, dtype="fp32", kernels=args.kernels)
     prompts = load_prompts(PROMPTS, target.tokenizer, target.vocab_size, chat=True, limit=cfg["prompts"])
     if cfg["draft"] == "bigram":
         draft, dprof = BigramDraft(prompts, target.vocab_size), None
@@ -71,7 +71,7 @@ def run_pair(key: str, cfg: dict, args) -> dict:
         ddir = cached_model_dir(cfg["draft"])
         if ddir is None:
             raise SystemExit(f"validate_cpu: {cfg['draft']} is not fetched")
-        draft = hf_source(ddir, dtype="fp32")
+        draft = hf_source(ddir, dtype="fp32", kernels=args.kernels)
         dprof = profile_of_source(str(ddir), draft)
     hw = profiles.hardware("cpu-2core")
     load_before = wait_quiet(args.max_load, args.wait_s)
@@ -103,6 +103,7 @@ def run_pair(key: str, cfg: dict, args) -> dict:
     import transformers
     extra = {"machine": _cpu(), "torch": torch.__version__, "transformers": transformers.__version__,
              "torch threads": torch.get_num_threads(), "script": "experiments/validate_cpu.py",
+             "kernels": target.kernels,
              "pair": f"{target.name} <- {draft.name}"}
     for fkey, suffix in (("fit", ""), ("fit_multi_row", "_multi_row")):
         fit = res.pop(fkey)
@@ -118,6 +119,7 @@ def run_pair(key: str, cfg: dict, args) -> dict:
         res["hf_walltime_s"], res["ours_default_walltime_s"] = statistics.median(hf), statistics.median(ours)
     res["load_before"], res["load_after"] = load_before, os.getloadavg()[0]
     res["torch_threads"] = torch.get_num_threads()
+    res["kernels"] = target.kernels
     return res
 
 
@@ -167,7 +169,8 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
         out += [(f"## {res['target']} ← {res['draft']} (γ = {res['gamma']}, α = {res['alpha']:.3f}, "
                 f"{res['prompts']} prompts × {res['max_new_tokens']} tokens)"), "",
                 (f"Load average before/after: {res['load_before']:.2f} / {res['load_after']:.2f}; torch threads "
-                f"{res['torch_threads']}. Spec walltimes per repetition {[round(x, 2) for x in ex['spec_walltimes_s']]}"
+                f"{res['torch_threads']}; our executor's kernels: {res.get('kernels', 'stock')}. Spec walltimes "
+                f"per repetition {[round(x, 2) for x in ex['spec_walltimes_s']]}"
                 f" s, plain {[round(x, 2) for x in ex['plain_walltimes_s']]} s."), ""]
         out += [f"Measured speedup per round (spec and plain back to back): "
                 f"{[round(x, 3) for x in ex['round_speedups']]}.", ""]
@@ -206,9 +209,10 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
         if d1 and d2:
             ratio = statistics.median(d2) / statistics.median(d1)
             out.append(f"\nDraft catch-up pass: after a clean sweep ({100 * clean:.0f}% of steps here) the executor's "
-                       "next first draft pass covers 2 positions (the last draft and the bonus token), which the "
-                       f"engine prices as 1; a 2-position draft pass costs {ratio:.2f}x a 1-position one here, so the "
-                       f"simulated draft time is about {100 * clean * (ratio - 1) / res['gamma']:.0f}% low.")
+                       "next first draft pass covers 2 positions (the last draft and the bonus token); a 2-position "
+                       f"draft pass costs {ratio:.2f}x a 1-position one here. The replay prices it "
+                       "(`StepCosts(draft_catchup=True)`); without that the simulated draft time would be about "
+                       f"{100 * clean * (ratio - 1) / res['gamma']:.0f}% low.")
         if "ours_over_hf" in res:
             out.append(f"\nHF assisted generation (same γ, constant schedule, greedy, same prompts): median "
                        f"{res['hf_walltime_s']:.2f} s vs our executor as shipped (γ clipped at the end like HF) "
@@ -242,6 +246,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grid-repeats", type=int, default=1, help="passes per grid point per round")
     ap.add_argument("--positions", default="1,2,3,4,6,8,16,32,64")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--kernels", default="stock", help="our executor's kernels: stock | row-gemm; HF's generate "
+                    "always runs the stock kernels")
     ap.add_argument("--quick", action="store_true", help="1 prompt, 6 tokens, 1 round (a smoke test)")
     ap.add_argument("--max-load", type=float, default=0.7)
     ap.add_argument("--wait-s", type=float, default=600)

@@ -37,6 +37,9 @@ class SimConfig(BaseModel):
                                         "positions, context, time_s; kind = decode | prefill, default decode; "
                                         "decode rows a full grid over batch × positions × context, interpolated); "
                                         "None = the roofline cost model")
+    draft_catchup: bool = Field(default=False, description="price the draft's catch-up: after a clean sweep the "
+                                "next first draft pass feeds 2 positions (what HF-style executors do; matters where "
+                                "a 2-position pass costs more than a 1-position one, e.g. on a CPU)")
     measured_draft: str | None = Field(default=None, description="measured cost mode for the draft: CSV of "
                                        "measured pass times, same format as measured_target; None = the roofline")
 

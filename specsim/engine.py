@@ -10,7 +10,9 @@ One engine-loop process per replica, one SimPy timeout per iteration. An iterati
    speculating — each request gets its γ from the policy; the iteration runs γ_max = max γ draft passes over the
    B sequences and one verification pass of B·(γ_max + 1) positions at the mean live context (see
    `specsim.steptime`); each request accepts n of its own γ drafts (`specsim.acceptance`) and emits n + 1 tokens,
-   truncated to what it still owes; rejected drafts roll back (the KV holds emitted tokens only).
+   truncated to what it still owes; rejected drafts roll back (the KV holds emitted tokens only). With the draft
+   catch-up priced (`StepCosts.catchup`), the requests whose previous step was a clean sweep make the first draft
+   pass wider (see `specsim.steptime`).
    baseline — one target pass of B·1 positions; every request emits one token.
 4. requests that emitted their last token finish at the iteration's end.
 
@@ -93,11 +95,13 @@ class _Replica:
             self.rs_i: list[int] = []  # requests this replica admitted that take steps, with their first local step
             self.rs_j: list[int] = []
             self.G = 0 if pol is None else pol.gamma
+            self.catch = np.zeros(1024, _I64) if sim.catchup else None  # catching-up requests per local iteration
             return
         S = wl.max_batch
         self.free_slots = list(range(S - 1, -1, -1))
         e = np.zeros(0, _I64)
         self.req, self.slot, self.ucur, self.bpos, self.rem, self.gam = e, e, e, e, e, e
+        self.clean = np.zeros(0, bool)  # the request's previous step was a clean sweep (draft catch-up next)
         self.countdown = 0
         self.need = ORACLE_CAP + 1 if (pol.oracle or pol.adaptive) else pol.gamma + 1
         self.step_max = ORACLE_CAP + 1 if pol.oracle else pol.max_gamma
@@ -139,6 +143,7 @@ class _Replica:
         slots = np.array([self.free_slots.pop() for _ in range(idx.size)], dtype=_I64)
         self.req, self.slot = cat((self.req, idx)), cat((self.slot, slots))
         self.rem = cat((self.rem, wl.output_len[idx] - 1))
+        self.clean = cat((self.clean, np.zeros(idx.size, bool)))
         self.ucur = cat((self.ucur, [self.pool.assign(int(s), int(i)) for s, i in zip(slots, idx)]))
         if not sim.acc.constant:
             self.bpos = cat((self.bpos, sim.acc.walk_start(idx) + 1))
@@ -167,11 +172,16 @@ class _Replica:
             tok = None if runs is None else runs.steps(i)  # tokens per step, the last one truncated
             s = owed if tok is None else tok.size
             if j + s > self.delta.size:
-                self.delta = np.concatenate((self.delta, np.zeros(max(self.delta.size, j + s), _I64)))
+                grow = max(self.delta.size, j + s)
+                self.delta = np.concatenate((self.delta, np.zeros(grow, _I64)))
+                if self.catch is not None:
+                    self.catch = np.concatenate((self.catch, np.zeros(grow, _I64)))
             if tok is None:
                 self.delta[j:j + s] += 1
             else:
                 self.delta[j:j + s] += tok
+                if self.catch is not None and s > 1:
+                    self.catch[j + 1:j + s] += runs.get(i)[0][:-1] == self.G
             fin = self.finish_at.get(j + s - 1)
             if fin is None:
                 self.finish_at[j + s - 1] = [i]
@@ -213,6 +223,7 @@ class _Replica:
         gone, keep = self.req[done], ~done
         self.free_slots.extend(self.slot[done].tolist())
         self.req, self.slot, self.rem, self.ucur = self.req[keep], self.slot[keep], self.rem[keep], self.ucur[keep]
+        self.clean = self.clean[keep]
         if self.bpos.size:
             self.bpos = self.bpos[keep]
         if self.gam.size:
@@ -245,6 +256,7 @@ class _Replica:
             n = (U < acc.thresholds(G, bpos)).argmin(1)
             self.ucur += G
         tok = np.minimum(n + 1, self.rem)
+        self.clean = (n == gam) & (gam > 0)
         if bpos is not None:
             self.bpos += tok
         self.rem -= tok
@@ -284,12 +296,17 @@ class _Replica:
             gone = None
             if B:
                 L, X = self.ctx_sum / B, self.cross_sum / B
+                K = 0
                 if ahead:
                     G, j = self.G, self.j
+                    if self.catch is not None:
+                        K = int(self.catch[j])
                     self.ctx_sum += int(self.delta[j])
                     gone = self.finish_at.pop(j, None)
                     self.j = j + 1
                 elif spec:
+                    if sim.catchup:
+                        K = int(self.clean.sum())
                     G, gam, n = self._live_step()
                     sim.rs_req.append(self.req)
                     sim.rs_n.append(n)
@@ -297,7 +314,7 @@ class _Replica:
                     done = self.rem == 0
                     if done.any():
                         gone = self._compact(done)
-                t, b, f = spec_step(B, G, L, X) if spec else plain_step(B, L, X)
+                t, b, f = spec_step(B, G, L, X, K) if spec else plain_step(B, L, X)
                 if new:
                     t, b, f = t + pre_t, b + pre_b, f + pre_f
                 glob.append(len(steps))
@@ -324,6 +341,7 @@ class _Sim:
     def __init__(self, wl, costs, acc, policy, memory, replicas, kernel):
         self.env = simpy.Environment()
         self.wl, self.costs, self.acc, self.policy = wl, costs, acc, policy
+        self.catchup = policy is not None and costs.catchup
         can_ahead = policy is None or (not policy.adaptive and not policy.oracle and acc.constant)
         if kernel == "ahead" and not can_ahead:
             raise ValueError("the 'ahead' kernel needs a fixed γ and a constant α")

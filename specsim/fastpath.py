@@ -99,7 +99,12 @@ def _lay_out(wl, costs, spec: bool, rs_req, rs_g, rs_n, rs_tok) -> Records:
     L = costs.context(prompt, emitted).astype(float)
     X = np.asarray(costs.cross(prompt)) * np.ones(rs_req.size)
     if spec:
-        dur, byt, flo = costs.spec_step_vec(rs_g, L, X)
+        K = None
+        if costs.catchup and rs_req.size:  # the previous step of the same request was a clean sweep
+            K = np.zeros(rs_req.size, np.int64)
+            K[1:] = (rs_n[:-1] == rs_g[:-1]) & (rs_g[:-1] > 0)
+            K[first_step] = 0
+        dur, byt, flo = costs.spec_step_vec(rs_g, L, X, K)
     else:
         dur, byt, flo = costs.plain_step_vec(L, X)
     # prefill per request (batch 1), folded into its first step as in the engine

@@ -70,7 +70,7 @@ def _costs(cfg: SimConfig):
     if target.model.architecture != draft.model.architecture:
         raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="draft",
                           value=cfg.draft, allowed=f"a {target.model.architecture} model like the target")
-    return (StepCosts(target, draft), target, draft, hw.bandwidth_bytes_s,
+    return (StepCosts(target, draft, draft_catchup=cfg.draft_catchup), target, draft, hw.bandwidth_bytes_s,
             hw.peak_flops(target.model.dtype))
 
 

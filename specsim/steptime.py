@@ -15,6 +15,11 @@
   produces output token 0); decoder-only prefill = one pass over the prompt, which produces token 0.
 - fixed_c mode (to check eq. 5): a target pass costs 1 unit whatever its positions (free verification), a draft
   pass costs c units, prefill is free; bytes and FLOPs are then unknown (MBU/MFU reported as None).
+- Draft catch-up (`draft_catchup=True`, what HF-style executors such as specsim's own do): after a clean sweep the
+  draft never consumed its last draft, so the next step's first draft pass feeds 2 positions (that draft and the
+  bonus token) for that sequence. With K of the B sequences catching up, the first draft pass costs
+  T(B, 1, L̄) + (K / B)·(T(B, 2, L̄) − T(B, 1, L̄)) — exact at batch 1, linear in the rows in between. Off by
+  default: on accelerators a 2-position pass costs what a 1-position one does; on a CPU it can cost ~2x.
 """
 
 from __future__ import annotations
@@ -81,8 +86,10 @@ class PassTable:
 class StepCosts:
     """Iteration durations for the speculative engine and its baseline."""
 
-    def __init__(self, target: CostModel | None, draft: CostModel | None, fixed_c: float | None = None):
+    def __init__(self, target: CostModel | None, draft: CostModel | None, fixed_c: float | None = None,
+                 draft_catchup: bool = False):
         self.fixed_c = fixed_c
+        self.catchup = bool(draft_catchup) and fixed_c is None  # under fixed_c a draft pass is c whatever its rows
         self.target, self.draft = target, draft
         if fixed_c is None:
             self.enc_dec = target.model.architecture == "encoder-decoder"
@@ -118,7 +125,8 @@ class StepCosts:
         return self._prefill(k, int(round(prompt_mean)), spec)
 
     # --- decode iterations -----------------------------------------------------------------------------
-    def spec_step(self, B: int, G: int, L: float, X: float = 0.0):
+    def spec_step(self, B: int, G: int, L: float, X: float = 0.0, K: int = 0):
+        """One iteration; K = sequences whose first draft pass catches up 2 positions (see the module doc)."""
         if self.fixed_c is not None:
             return G * self.fixed_c + 1.0, 0.0, 0.0
         # = t.at(B, G + 1, L) + G·d.at(B, 1, L + (G − 1)/2), term by term; both segments from one dict lookup
@@ -138,7 +146,18 @@ class StepCosts:
         if G:
             d2 = Ld - i2 * CONTEXT_BUCKET
             t, b, f = t + G * (ds[0] + d2 * ds[1]), b + G * (ds[2] + d2 * ds[3]), f + G * (ds[4] + d2 * ds[5])
+            if K:
+                ct, cb, cf = self.catchup_extra(B, L, Xi)
+                w = K / B
+                t, b, f = t + w * ct, b + w * cb, f + w * cf
         return t, b, f
+
+    def catchup_extra(self, B: int, L: float, Xi: int):
+        """T(B, 2, L) − T(B, 1, L) of the draft (and bytes, FLOPs): what catching up costs when all B do."""
+        i = int(L // CONTEXT_BUCKET)
+        d = L - i * CONTEXT_BUCKET
+        one, two = self.d._seg(B, 1, i, Xi), self.d._seg(B, 2, i, Xi)
+        return tuple((two[k] + d * two[k + 1]) - (one[k] + d * one[k + 1]) for k in (0, 2, 4))
 
     def plain_step(self, B: int, L: float, X: float = 0.0):
         if self.fixed_c is not None:
@@ -149,8 +168,9 @@ class StepCosts:
         d = L - i * CONTEXT_BUCKET
         return t0 + d * st, b0 + d * sb, f0 + d * sf
 
-    def spec_step_vec(self, G: np.ndarray, L: np.ndarray, X: np.ndarray):
-        """Batch-1 iterations, vectorized (bit-identical to `spec_step` element by element)."""
+    def spec_step_vec(self, G: np.ndarray, L: np.ndarray, X: np.ndarray, K: np.ndarray | None = None):
+        """Batch-1 iterations, vectorized (bit-identical to `spec_step` element by element); K ∈ {0, 1} per step
+        (catch-up, used when `catchup`)."""
         n = len(G)
         if self.fixed_c is not None:
             return G * self.fixed_c + 1.0, np.zeros(n), np.zeros(n)
@@ -166,6 +186,12 @@ class StepCosts:
                     dt, db, df = self.d.vec(1, L[m] + (int(g) - 1) / 2, int(x))
                     tt, bb, ff = tt + int(g) * dt, bb + int(g) * db, ff + int(g) * df
                 t[m], b[m], f[m] = tt, bb, ff
+        if self.catchup and K is not None and n and K.any():
+            wide = (K > 0) & (G > 0)  # a step without draft passes (oracle γ = 0) has no pass to widen
+            for x in np.unique(Xi[wide]):
+                m = np.flatnonzero(wide & (Xi == x))
+                one, two = self.d.vec(1, L[m], int(x)), self.d.vec(2, L[m], int(x))
+                t[m], b[m], f[m] = (t[m] + (two[0] - one[0]), b[m] + (two[1] - one[1]), f[m] + (two[2] - one[2]))
         return t, b, f
 
     def plain_step_vec(self, L: np.ndarray, X: np.ndarray):

@@ -78,8 +78,17 @@ def sweep_id(fn_name: str, ids) -> str:
     return h.hexdigest()[:16]
 
 
+# fields added to SimConfig after sweeps were first written enter a point's JSON (and id) only when set away from
+# their default, so a sweep directory written before keeps its point ids and resumes without recomputing
+_LATER_FIELDS = {"draft_catchup": False}
+
+
 def canonical_json(cfg: SimConfig) -> str:
-    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    d = cfg.model_dump(mode="json")
+    for k, default in _LATER_FIELDS.items():
+        if d.get(k) == default:
+            del d[k]
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
 def point_id(cfg: SimConfig) -> str:

@@ -221,6 +221,38 @@ def test_row_gemm_keeps_the_logits():
         assert torch.allclose(lin(x[:, :r]), ref[r - 1], atol=1e-5) and lin(x[:, :r]).shape == ref[r - 1].shape
 
 
+def test_row_gemm_kernels_are_scoped_to_the_source_that_asked(monkeypatch):
+    """HFSource(kernels='row-gemm') uses the row-gemm path for its own 2..4-row passes only; a direct call of the same
+    model (how HF's generate runs it) keeps the stock F.linear; use_row_gemm(model) switches it on for every caller."""
+    from specsim.executor.sources import HFSource, row_gemm_scope, use_row_gemm
+    target, _ = _tiny_pair(seed=3)
+    model = target.model
+    calls = []
+    real = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ids = torch.tensor([[1, 2, 3]])
+
+    def stock_calls(fn):
+        calls.clear()
+        fn()
+        return len(calls)
+    with torch.inference_mode():
+        n_stock = stock_calls(lambda: model(input_ids=ids))
+        row = HFSource(model, "tiny", kernels="row-gemm")
+        assert row.kernels == "row-gemm" and row.describe()["kernels"] == "row-gemm"
+        assert n_stock > 0
+        assert stock_calls(lambda: model(input_ids=ids)) == n_stock           # outside: stock
+        assert stock_calls(lambda: row.forward(ids[0], row.new_state(), keep=3)) == 0
+        assert stock_calls(lambda: row.forward(ids[0, :1], row.new_state())) == n_stock  # one row: stock
+        with row_gemm_scope():
+            assert stock_calls(lambda: model(input_ids=ids)) == 0
+        assert stock_calls(lambda: HFSource(model, "tiny").forward(ids[0], row.new_state(), keep=3)) == n_stock
+        use_row_gemm(model)
+        assert stock_calls(lambda: model(input_ids=ids)) == 0
+    with pytest.raises(ConfigError, match="kernels"):
+        HFSource(model, "tiny", kernels="fast")
+
+
 def test_eos_stops_both_decoders(pair):
     target, draft = pair
     ref = PlainDecoder(target, GREEDY).generate([1, 2], 20).tokens

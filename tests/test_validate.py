@@ -125,7 +125,8 @@ def test_measured_table_sampled_from_a_cost_model_reproduces_its_simulation():
         return [{"positions": p, "context": c, "time_s": cm.pass_time_s(1, p, c)} for p in pos for c in ctx]
     mt = MeasuredCosts(table(ct, (1, gamma + 1)), tm, hw, [{"positions": n - 1, "time_s": ct.prefill_cost(1, n - 1)
                                                              .time_s} for n in lens])
-    md = MeasuredCosts(table(cd, (1,)), dm, hw, [{"positions": n - 1, "time_s": cd.prefill_cost(1, n - 1).time_s}
+    # the draft's table has P = 2 too: the replay prices the draft's catch-up pass after a clean sweep
+    md = MeasuredCosts(table(cd, (1, 2)), dm, hw, [{"positions": n - 1, "time_s": cd.prefill_cost(1, n - 1).time_s}
                                                  for n in lens])
     from specsim.traces import Trace
     g = np.random.default_rng(0)

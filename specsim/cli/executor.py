@@ -15,6 +15,10 @@ from specsim.cli.output import emit_json, table
 from specsim.errors import ConfigError
 
 
+KERNELS_HELP = ("stock | row-gemm: matmul kernels for 2-4-row passes on CPU "
+                "(specsim.executor.sources.use_row_gemm; faster on some CPUs, slower on others)")
+
+
 def _need_torch() -> None:
     try:
         import torch  # noqa: F401
@@ -34,17 +38,17 @@ def _device(device: str) -> str:
 
 
 def _load_pair(target: str, draft: str | None, prompts_file: str | None, device: str, dtype: str, seed: int,
-               chat: bool, limit: int | None):
+               chat: bool, limit: int | None, kernels: str = "stock"):
     """Target first (its vocabulary and tokenizer define the prompts), then prompts, then the draft."""
     from specsim.executor.record import load_prompts
     from specsim.executor.sources import load_source
-    tgt = load_source(target, device=device, dtype=dtype, seed=seed)
+    tgt = load_source(target, device=device, dtype=dtype, seed=seed, kernels=kernels)
     prompts = (load_prompts(prompts_file, tgt.tokenizer, tgt.vocab_size, chat=chat, limit=limit)
                if prompts_file else None)
     dft = None
     if draft is not None:
         dft = load_source(draft, device=device, dtype=dtype, seed=seed + 1, vocab_size=tgt.vocab_size,
-                          corpus=prompts or [])
+                          corpus=prompts or [], kernels=kernels)
     return tgt, dft, prompts
 
 
@@ -80,6 +84,7 @@ def record_cmd(
     stop_at_eos: bool = typer.Option(False, "--stop-at-eos", help="end a sequence at the tokenizer's EOS"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Record a β trace: the target generates, the draft scores the same tokens teacher-forced."""
@@ -89,7 +94,8 @@ def record_cmd(
     from specsim.executor.record import record_trace
     check_range("lenience", lenience, lo=0, hi=1, lo_open=True)
     cfg = _sampling(temperature, top_k, top_p)
-    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit)
+    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
+                                       kernels)
     eos = getattr(tgt.tokenizer, "eos_token_id", None) if stop_at_eos else None
     trace = record_trace(tgt, dft, prompt_ids, max_new_tokens, cfg, lenience=lenience, seed=seed,
                          eos_token_id=eos, task=task or Path(prompts).stem, prompts_file=str(prompts),
@@ -124,6 +130,7 @@ def measure_cmd(
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Measure pass times T(P, L) for the target (and the draft step), c, and speculative vs plain walltime."""
@@ -132,7 +139,8 @@ def measure_cmd(
     grid = _int_list(positions, "positions")
     batch_sizes = _int_list(batches, "batch")
     cfg = _sampling(temperature, top_k, top_p)
-    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit)
+    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
+                                       kernels)
     res: dict = {"target": tgt.describe(), "draft": dft.describe() if dft else None, "gamma": gamma,
                  "sampling": cfg.as_dict(), "device": str(tgt.device)}
     res["target_passes"] = [row for b in batch_sizes

@@ -38,6 +38,8 @@ def simulate_cmd(
                                                     "context, time_s) instead of the roofline"),
     measured_draft: str | None = typer.Option(None, "--measured-draft", metavar="CSV",
                                               help="draft pass times from a measured table, as --measured-target"),
+    draft_catchup: bool = typer.Option(False, "--draft-catchup", help="price the 2-position draft pass after a "
+                                       "clean sweep (HF-style executors; matters on CPUs)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Simulate speculative decoding and its paired no-speculation baseline."""
@@ -51,7 +53,7 @@ def simulate_cmd(
                       requests=requests, prompt_len=prompt_len, output_len=output_len, length_dist=length_dist,
                       seed=seed, stack=stack, tp=tp, replicas=replicas, lenience=lenience, fixed_c=fixed_c,
                       slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, engine=engine, measured_target=measured_target,
-                      measured_draft=measured_draft)
+                      measured_draft=measured_draft, draft_catchup=draft_catchup or None)
     r = run(cfg)
     if json_out:
         emit_json(r)

@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from specsim.cli.executor import KERNELS_HELP
 from specsim.cli.output import emit_json, table
 from specsim.errors import ConfigError
 
@@ -59,6 +60,7 @@ def calibrate_cmd(
                                                             "[the hardware's default stack]"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -79,7 +81,7 @@ def calibrate_cmd(
     log = _log(json_out)
     points, grids = [], {}
     for spec in model:
-        src = load_source(spec, device=dev, dtype=dtype, seed=seed)
+        src = load_source(spec, device=dev, dtype=dtype, seed=seed, kernels=kernels)
         prof = profile_of_source(spec, src)
         if prof is None:
             raise ConfigError("an n-gram draft has no weights to calibrate", field="--model", value=spec,
@@ -128,6 +130,7 @@ def validate_cmd(
     trace_out: str | None = typer.Option(None, "--trace-out", help="also write the recorded β trace"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
+    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -140,7 +143,8 @@ def validate_cmd(
     check_range("temperature", temperature, lo=0, hi=100)
     hw = profiles.hardware(hardware)
     st = profiles.load_stack(stack) if stack else None
-    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit)
+    tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
+                                       kernels)
     res = validate_pair(tgt, dft, prompt_ids, hardware=hw, target_profile=profile_of_source(target, tgt),
                         draft_profile=profile_of_source(draft, dft), gamma=gamma, max_new_tokens=max_new_tokens,
                         sampling=_sampling(temperature, None, None), repeats=repeats, seed=seed, stack=st,

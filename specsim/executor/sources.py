@@ -10,9 +10,11 @@ the state is the KV cache (or the token context) holding exactly the positions f
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -65,9 +67,20 @@ class Source:
         return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size}
 
 
+KERNELS = ("stock", "row-gemm")
+_SCOPE = threading.local()  # .on: inside an HFSource forward whose kernels are row-gemm
+
+
+def check_kernels(kernels: str) -> str:
+    if kernels not in KERNELS:
+        raise ConfigError("unknown kernels", field="kernels", value=kernels, allowed=", ".join(KERNELS))
+    return kernels
+
+
 def _row_gemm_linear(self, x: torch.Tensor) -> torch.Tensor:
     rows = x.shape[:-1].numel()
-    if 1 < rows <= self._row_gemm_max and x.device.type == "cpu":
+    if 1 < rows <= self._row_gemm_max and x.device.type == "cpu" and \
+            (self._row_gemm_always or getattr(_SCOPE, "on", False)):
         y = (self.weight @ x.reshape(rows, -1).T).T
         if self.bias is not None:
             y = y + self.bias
@@ -75,18 +88,33 @@ def _row_gemm_linear(self, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
-def use_row_gemm(model, max_rows: int = 4) -> int:
-    """Opt-in CPU kernel fix: compute Linear layers on 2..max_rows rows as W @ xᵀ instead of F.linear.
+@contextlib.contextmanager
+def row_gemm_scope():
+    """Inside: models patched with `use_row_gemm(scoped=True)` run the row-gemm kernels, whoever calls them."""
+    outer, _SCOPE.on = getattr(_SCOPE, "on", False), True
+    try:
+        yield
+    finally:
+        _SCOPE.on = outer
 
-    Why: with MKL fp32 on a 2-core CPU, F.linear on 2-4 rows takes a path 2-3x slower than one row, so a
-    4-position verification cost ~2x a one-token pass; W @ xᵀ brings it to ~1.1x (Qwen2.5-1.5B: 0.59 → 0.32 s).
-    Same math, different summation order (logits move ~1e-5 relative). Patches the modules in place, so every
-    user of the model (HF's generate too) gets it. Returns the number of Linear layers patched."""
+
+def use_row_gemm(model, max_rows: int = 4, scoped: bool = False) -> int:
+    """CPU kernel fix: compute Linear layers on 2..max_rows rows as W @ xᵀ instead of F.linear.
+
+    Why: with MKL fp32 on a 2-core AMD EPYC, F.linear on 2-4 rows took a path 2-3x slower than one row, so a
+    4-position verification cost ~2x a one-token pass; W @ xᵀ brought it to ~1.1x (Qwen2.5-1.5B: 0.59 → 0.32 s).
+    Machine-specific: on a 2-core Intel Xeon (2026-12-01) it is slower for 2-3 rows (Qwen2.5-0.5B, 48 cached:
+    P = 2 163 ms vs 108 ms stock) and a little faster for 4 (175 vs 192 ms), hence opt-in, never a default.
+    Same math, different summation order (logits move ~1e-5 relative). Patches the modules in place. scoped=False:
+    every caller of the model gets it (HF's generate too); scoped=True: only calls made through an HFSource whose
+    kernels are row-gemm (how `HFSource(kernels='row-gemm')` installs it, so HF's generate on the same model keeps
+    the stock kernels). Returns the number of Linear layers patched."""
     import types
     n = 0
     for m in model.modules():
         if isinstance(m, torch.nn.Linear):
             m._row_gemm_max = int(max_rows)
+            m._row_gemm_always = (not scoped) or getattr(m, "_row_gemm_always", False)
             m.forward = types.MethodType(_row_gemm_linear, m)
             n += 1
     return n
@@ -97,7 +125,7 @@ class HFSource(Source):
 
     kind = "hf"
 
-    def __init__(self, model, name: str, tokenizer=None, kind: str = "hf"):
+    def __init__(self, model, name: str, tokenizer=None, kind: str = "hf", kernels: str = "stock"):
         self.model = model.eval()
         self.name, self.kind, self.tokenizer = name, kind, tokenizer
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
@@ -106,6 +134,9 @@ class HFSource(Source):
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"   # transformers 5.x renamed it
         self._keep_kw = "logits_to_keep" in params
+        self.kernels = check_kernels(kernels)
+        if self.kernels == "row-gemm":
+            use_row_gemm(self.model, scoped=True)
 
     def new_state(self):
         from transformers import DynamicCache
@@ -122,8 +153,10 @@ class HFSource(Source):
         kwargs = {self._cache_kw: state, "use_cache": True}
         if self._keep_kw:
             kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=ids.to(self.device), **kwargs)
-        return out.logits[:, -keep:]
+        if self.kernels != "row-gemm":
+            return self.model(input_ids=ids.to(self.device), **kwargs).logits[:, -keep:]
+        with row_gemm_scope():
+            return self.model(input_ids=ids.to(self.device), **kwargs).logits[:, -keep:]
 
     def length(self, state) -> int:
         return int(state.get_seq_length())
@@ -138,7 +171,7 @@ class HFSource(Source):
         n_params = sum(p.numel() for p in self.model.parameters())
         return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size, "params": n_params,
                 "layers": getattr(cfg, "num_hidden_layers", None), "dtype": str(self.dtype).replace("torch.", ""),
-                "device": str(self.device)}
+                "device": str(self.device), "kernels": self.kernels}
 
 
 # --- n-gram drafts -------------------------------------------------------------------------------
@@ -273,7 +306,7 @@ def config_from_profile(profile, layers: int | None = None, max_positions: int =
 
 
 def random_source(profile, *, layers: int | None = None, dtype: str | torch.dtype = "auto",
-                  device: str = "cpu", seed: int = 0, name: str | None = None) -> HFSource:
+                  device: str = "cpu", seed: int = 0, name: str | None = None, kernels: str = "stock") -> HFSource:
     """Random weights (torch.manual_seed(seed)) in the profile's shapes, allocated directly on `device`."""
     from transformers import AutoModelForCausalLM
     if layers is not None and layers < 1:
@@ -285,10 +318,11 @@ def random_source(profile, *, layers: int | None = None, dtype: str | torch.dtyp
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype)
     label = name or f"profile:{profile.name}" + (f":layers={layers}" if layers else "")
-    return HFSource(model, label, kind="random")
+    return HFSource(model, label, kind="random", kernels=kernels)
 
 
-def hf_source(path: str | Path, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> HFSource:
+def hf_source(path: str | Path, *, dtype: str | torch.dtype = "auto", device: str = "cpu",
+              kernels: str = "stock") -> HFSource:
     """A local Hugging Face directory, or a .gguf file (transformers dequantizes it on load)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = Path(path)
@@ -309,7 +343,7 @@ def hf_source(path: str | Path, *, dtype: str | torch.dtype = "auto", device: st
     # a weights-only directory still times fine; prompts must then be token ids
     except (OSError, ValueError, KeyError, TypeError):
         tok = None
-    return HFSource(model, path.name, tokenizer=tok)
+    return HFSource(model, path.name, tokenizer=tok, kernels=kernels)
 
 
 def _options(parts: list[str], spec: str, allowed: dict[str, type]) -> dict:
@@ -327,7 +361,8 @@ def _options(parts: list[str], spec: str, allowed: dict[str, type]) -> dict:
 
 
 def load_source(spec: str, *, device: str = "cpu", dtype: str = "auto", seed: int = 0,
-                vocab_size: int | None = None, corpus: Iterable[Sequence[int]] | None = None) -> Source:
+                vocab_size: int | None = None, corpus: Iterable[Sequence[int]] | None = None,
+                kernels: str = "stock") -> Source:
     """Parse a SRC string (see SOURCE_FORMS). n-gram drafts need the target's `vocab_size` (and bigram a corpus)."""
     head, *rest = spec.split(":")
     if head in ("bigram", "prompt-lookup"):
@@ -344,8 +379,8 @@ def load_source(spec: str, *, device: str = "cpu", dtype: str = "auto", seed: in
         from specsim import profiles
         opts = _options(rest[1:], spec, {"layers": int})
         return random_source(profiles.model(rest[0]), layers=opts.get("layers"), dtype=dtype, device=device,
-                             seed=seed, name=spec)
+                             seed=seed, name=spec, kernels=kernels)
     path = Path(spec)
     if not path.exists():
         raise ConfigError("unknown model source", field="source", value=spec, allowed="; ".join(SOURCE_FORMS))
-    return hf_source(path, dtype=dtype, device=device)
+    return hf_source(path, dtype=dtype, device=device, kernels=kernels)

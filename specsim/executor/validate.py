@@ -194,12 +194,15 @@ def predict_replay(trace, prompt_lens: Sequence[int], max_new_tokens: int, gamma
     wl = Workload("closed", np.full(n, np.nan), np.asarray(prompt_lens, np.int64) - 1,
                   np.full(n, max_new_tokens + 1, np.int64), 1, 1)
     acc = Acceptance(trace=shifted_trace(trace), seed=seed)
-    costs = StepCosts(target_costs, draft_costs)
+    costs = StepCosts(target_costs, draft_costs, draft_catchup=True)  # as the executor runs (SpeculativeDecoder)
     policy = make_policy("fixed", gamma, acc.alpha, costs.derived_c(int(wl.prompt_len[0])))
     spec = run_engine(wl, costs, acc, policy, None, 1)
     base = run_engine(wl, costs, None, None, None, 1)
     accepted = [a.tolist() for a in spec.accepted_by_request()]
     L = float(np.mean(wl.prompt_len)) + max_new_tokens / 2
+    steps = sum(len(a) for a in accepted)
+    catchup_share = sum(int(x == gamma) for a in accepted for x in a[:-1]) / max(1, steps)
+    d1 = draft_costs.pass_time_s(1, 1, L)
     t_plain = float(base.finish_s.max())
     t_spec = float(spec.finish_s.max())
     spec_req, plain_req = spec.finish_s - spec.arrival_s, base.finish_s - base.arrival_s
@@ -208,7 +211,8 @@ def predict_replay(trace, prompt_lens: Sequence[int], max_new_tokens: int, gamma
             "plain_prompt_s": plain_req.tolist(),
             "accepted": accepted, "target_runs": int(spec.rs_accepted.size),
             "tokens_per_target_run": float(spec.rs_accepted.mean() + 1) if spec.rs_accepted.size else None,
-            "draft_step_s": draft_costs.pass_time_s(1, 1, L),
+            "draft_step_s": d1 + catchup_share * (draft_costs.pass_time_s(1, 2, L) - d1) / gamma,
+            "catchup_share": catchup_share,
             "verify_pass_s": target_costs.pass_time_s(1, gamma + 1, L),
             "plain_step_s": target_costs.pass_time_s(1, 1, L), "mean_context": L}
 
