@@ -123,6 +123,41 @@ def run_pair(key: str, cfg: dict, args) -> dict:
     return res
 
 
+def _profile(name: str):
+    """The ModelProfile of a cached model as validate_cpu loads it (fp32), from its config.json."""
+    from specsim.executor.fetch import cached_model_dir
+    from specsim.profiles import ModelProfile
+    d = cached_model_dir(name)
+    if d is None:
+        raise SystemExit(f"validate_cpu --refit: {name} is not fetched (specsim models fetch {name})")
+    return ModelProfile.from_hf_config(d, name=name).model_copy(update={"dtype": "fp32", "description": f"from {d}"})
+
+
+def refit_pair(key: str, res: dict) -> dict:
+    """`analyze_pair` on a saved run: same measurements, same trace, today's fits and engine."""
+    from specsim import profiles
+    from specsim.calibrate import write_stack_toml
+    from specsim.executor.validate import analyze_pair
+    from specsim.traces import Trace
+
+    cfg = PAIRS[key]
+    trace = Trace.read(RESULTS / f"validate_cpu_trace_{key}.csv")
+    hw = profiles.hardware("cpu-2core")
+    new = analyze_pair(res["grid"], res["executor"], trace, res["prompt_lens"], hardware=hw,
+                       target_profile=_profile(cfg["target"]),
+                       draft_profile=None if cfg["draft"] == "bigram" else _profile(cfg["draft"]),
+                       gamma=res["gamma"], max_new_tokens=res["max_new_tokens"], names=(res["target"], res["draft"]))
+    extra = {"machine": res.get("machine", _cpu()), "script": "experiments/validate_cpu.py --refit",
+             "pair": f"{res['target']} <- {res['draft']}", "measured": "the saved run of validate_cpu.json"}
+    for fkey, suffix in (("fit", ""), ("fit_multi_row", "_multi_row")):
+        fit = new.pop(fkey)
+        path = RESULTS / f"cpu_stack_{key}{suffix}.toml"
+        fit.stack = fit.stack.model_copy(update={"name": path.stem})
+        write_stack_toml(path, fit, hw, extra)
+        new[f"stack_toml{suffix}"] = str(path.relative_to(ROOT))
+    return {**res, **new}
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -161,7 +196,7 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
            f"from `experiments/prompts/code_prompts.txt`, EOS ignored, no γ clipping at the end). "
            "Calibrated = roofline cost model with a cpu stack fitted to this run's pass-time grid (today's "
            "StackProfile: one bandwidth fraction); calibrated_multi_row = the same plus a separate bandwidth fraction "
-           "for passes of more than one row (`specsim.calibrate.RowAwareCostModel`); measured = the grid "
+           "for passes of at least R rows, R fitted too (`specsim.calibrate.RowAwareCostModel`); measured = the grid "
            "interpolated (`specsim.measured.MeasuredCosts`). All replay the β trace recorded on the same prompts "
            "through the SimPy engine."), ""]
     for key, res in results.items():
@@ -183,7 +218,8 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
                        f"{sorted({p['positions'] for p in res['grid']['target']})}, contexts "
                        f"{sorted({p['context'] for p in res['grid']['target']})}): bandwidth_fraction "
                        f"{s['bandwidth_fraction']:.3f}"
-                       + (f", multi-row bandwidth_fraction {multi:.3f}" if multi else "")
+                       + (f", multi-row bandwidth_fraction {multi:.3f} from {cal.get('multi_row_min_rows') or 2} "
+                          "rows" if multi else "")
                        + f", compute_fraction {s['compute_fraction']:.3f}, per_call "
                        f"{s['per_call_overhead_s'] * 1e3:.2f} ms, per_layer {s['per_layer_overhead_s'] * 1e3:.3f} ms; "
                        f"fit median |err| {cal['fit_error']['median_abs_pct']:.1f}% ({cal['fit_error']['n']} points), "
@@ -252,7 +288,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-load", type=float, default=0.7)
     ap.add_argument("--wait-s", type=float, default=600)
     ap.add_argument("--render", action="store_true", help="only re-write the .md/.csv from the saved .json")
+    ap.add_argument("--refit", action="store_true", help="no new measurement: refit the stacks and re-predict the "
+                    "saved run (.json grid and walltimes + the saved trace CSVs) with today's cost models")
     args = ap.parse_args(argv)
+    if args.refit:
+        saved = json.loads((RESULTS / "validate_cpu.json").read_text())
+        results = {key: refit_pair(key, res) for key, res in saved["results"].items()}
+        rows = [r for key, res in results.items() for r in rows_of(key, res)]
+        (RESULTS / "validate_cpu.json").write_text(json.dumps(
+            {**saved, "results": results, "refitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
+            indent=1, sort_keys=True, default=str))
+        _write(results, rows, saved["started"], "")
+        return 0
     if args.render:
         saved = json.loads((RESULTS / "validate_cpu.json").read_text())
         rows = [r for key, res in saved["results"].items() for r in rows_of(key, res)]

@@ -17,10 +17,12 @@ assignments, and keep the best. Parameters the data cannot determine are taken f
   stack's proportion at that layer count.
 Every `holdout_every`-th point (indices k-1, 2k-1, ...) is held out of the fit and its error reported.
 
-`multi_row=True` fits a fifth parameter, a separate bandwidth fraction for passes of more than one row (B·P > 1),
-which `RowAwareCostModel` applies: on this project's 2-core CPU eager fp32 PyTorch streams weights at about half
-the rate in small matrix products (verification, 2..16 rows) that it reaches in matrix-vector products (one-token
-steps), which one fraction cannot describe (see experiments/results/validate_cpu.md).
+`multi_row=True` fits a fifth parameter, a separate bandwidth fraction for passes of at least R rows (B·P ≥ R),
+which `RowAwareCostModel` applies, and the row count R itself (the best fit over R = 2..8 among the row counts
+measured): on this project's 2-core CPUs eager fp32 PyTorch streams weights at about half the rate in small matrix
+products (verification) that it reaches in matrix-vector products (one-token steps), which one fraction cannot
+describe, and where the BLAS switches kernels depends on the CPU (R = 2 on an AMD EPYC, 4 on an Intel Xeon; see
+experiments/results/validate_cpu.md).
 """
 
 from __future__ import annotations
@@ -89,27 +91,34 @@ def roofline_terms(points: Sequence[PassPoint], hardware: HardwareProfile) -> Te
     return Terms(np.array(mem), np.array(cmp_), np.array(lay, dtype=float), np.array(t), np.array(rows))
 
 
-def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fraction: float | None = None) -> np.ndarray:
-    """The calibrated cost model's times for the points (same arithmetic as `CostModel._finish`, TP 1); with
-    `multi_row_bandwidth_fraction`, passes of more than one row (B·P > 1) use it instead (`RowAwareCostModel`)."""
-    f_bw = np.where(terms.rows > 1, multi_row_bandwidth_fraction or stack.bandwidth_fraction,
-                    stack.bandwidth_fraction)
+def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fraction: float | None = None,
+                  multi_row_min_rows: int | None = None) -> np.ndarray:
+    """The calibrated cost model's times for the points (same arithmetic as `CostModel._finish`, TP 1); passes of
+    at least `multi_row_min_rows` rows (default: the stack's) use `multi_row_bandwidth_fraction` (default: the
+    stack's, else its bandwidth_fraction) instead (`RowAwareCostModel`)."""
+    R = multi_row_min_rows or stack.multi_row_min_rows
+    multi = multi_row_bandwidth_fraction or stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
+    f_bw = np.where(terms.rows >= R, multi, stack.bandwidth_fraction)
     return (np.maximum(terms.memory_s / f_bw, terms.compute_s / stack.compute_fraction)
             + stack.per_call_overhead_s + stack.per_layer_overhead_s * terms.layers)
 
 
 class RowAwareCostModel(CostModel):
-    """CostModel whose passes of more than one row (B·P > 1) stream memory at their own achievable fraction.
+    """CostModel whose passes of several rows (B·P ≥ the stack's multi_row_min_rows) stream memory at their own
+    achievable fraction.
 
     Why: eager fp32 PyTorch on this CPU runs a one-row pass as matrix-vector products (~50% of the copy bandwidth)
     but 2..16 rows as small matrix products that stream the weights at ~25%, so a 4-position verification costs 2x
     a one-token step although both are memory-bound on the roofline. The figure lives in
     `StackProfile.multi_row_bandwidth_fraction`; this subclass only lets a fit's value override the stack's."""
 
-    def __init__(self, model, hardware, stack=None, multi_row_bandwidth_fraction: float | None = None, **kw):
+    def __init__(self, model, hardware, stack=None, multi_row_bandwidth_fraction: float | None = None,
+                 multi_row_min_rows: int | None = None, **kw):
         stack = stack or IDEAL_STACK
         if multi_row_bandwidth_fraction is not None:
             stack = stack.model_copy(update={"multi_row_bandwidth_fraction": multi_row_bandwidth_fraction})
+        if multi_row_min_rows is not None:
+            stack = stack.model_copy(update={"multi_row_min_rows": int(multi_row_min_rows)})
         super().__init__(model, hardware, stack, **kw)
         self.multi_row_bandwidth_fraction = stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
 
@@ -140,7 +149,8 @@ class FitResult:
         """The fitted cost model for `model` (a RowAwareCostModel when the multi-row fraction was fitted)."""
         if self.multi_row_bandwidth_fraction is None:
             return CostModel(model, hardware, self.stack)
-        return RowAwareCostModel(model, hardware, self.stack, self.multi_row_bandwidth_fraction)
+        return RowAwareCostModel(model, hardware, self.stack, self.multi_row_bandwidth_fraction,
+                                 self.stack.multi_row_min_rows)
 
     def rows(self) -> list[dict]:
         """One dict per point: model, B, P, L, measured, predicted, error %, whether it was held out."""
@@ -153,6 +163,7 @@ class FitResult:
     def summary(self) -> dict:
         s = self.stack
         return {"stack": s.model_dump(), "multi_row_bandwidth_fraction": self.multi_row_bandwidth_fraction,
+                "multi_row_min_rows": s.multi_row_min_rows if self.multi_row_bandwidth_fraction else None,
                 "fit_error": self.fit_error, "holdout_error": self.holdout_error, "identified": self.identified,
                 "n_points": len(self.measured_s)}
 
@@ -215,8 +226,9 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
               multi_row: bool = False) -> FitResult:
     """Fit f_bw, f_c, o_call, o_layer to `points`; every `holdout_every`-th point is held out (0 = none).
 
-    multi_row: also fit a separate bandwidth fraction for passes of more than one row (B·P > 1); see
-    `RowAwareCostModel`. Not identified (and then equal to f_bw) when no multi-row point is memory-bound."""
+    multi_row: also fit a separate bandwidth fraction for passes of at least R rows (B·P ≥ R) and R (2..8, the fit
+    with the least loss on the fitted points; the smallest R on a tie); see `RowAwareCostModel`. Not identified
+    (and then equal to f_bw) when no multi-row point is memory-bound."""
     if len(points) < 3:
         raise ConfigError("calibration needs at least 3 measured passes", field="points", value=len(points))
     base = base or IDEAL_STACK
@@ -229,9 +241,22 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     fit_i, hold_i = idx[~held], idx[held]
     T = T_all.take(fit_i)
     n_cls = 2 if multi_row else 1
-    cls = (T.rows > 1).astype(int) if multi_row else np.zeros(len(T.rows), int)
     merged = len(np.unique(T.layers)) < 2
-    x = _fit_params(T, cls, n_cls, merged)
+    R = 2
+    cls = np.zeros(len(T.rows), int)
+    x = None
+    if multi_row:
+        best = np.inf
+        for r in sorted({int(x) for x in T.rows if 2 <= x <= 8} | {2}):  # the row counts measured
+            c = (T.rows >= r).astype(int)
+            if r > 2 and (not c.any() or c.all()):
+                continue
+            xr = _fit_params(T, c, n_cls, merged)
+            loss = _loss(xr, c, n_cls, T, merged)
+            if loss < best * (1 - 1e-9):
+                best, x, R, cls = loss, xr, r, c
+    else:
+        x = _fit_params(T, cls, n_cls, merged)
     a, b, oc, ol = _unpack(x, n_cls, merged)
     a, b = [float(v) for v in a], float(b)
     if merged:
@@ -259,7 +284,8 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
             f"hold-out {len(hold_i)} points")
     stack = StackProfile(name=name, description=description or f"calibrated on {hardware.name}",
                          bandwidth_fraction=min(1.0, 1.0 / a[0]), compute_fraction=min(1.0, 1.0 / b),
-                         per_call_overhead_s=min(oc, 10.0), per_layer_overhead_s=min(ol, 1.0), provenance=prov)
+                         per_call_overhead_s=min(oc, 10.0), per_layer_overhead_s=min(ol, 1.0), provenance=prov,
+                         multi_row_min_rows=R)
     multi = min(1.0, 1.0 / a[1]) if multi_row else None
     pred = predict_times(stack, T_all, multi)
     return FitResult(stack=stack, fit_error=error_stats(pred[fit_i], T_all.time_s[fit_i]),
@@ -302,7 +328,7 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
     s = fit.stack
     head = [("Stack profile fitted by `specsim calibrate` (specsim/calibrate.py): time = max(bytes/(f_bw*BW), "
              "FLOPs/(f_c*peak)) + o_call + layers*o_layer"
-             + ("; passes of B*P > 1 rows use multi_row_bandwidth_fraction for f_bw"
+             + (f"; passes of B*P >= {fit.stack.multi_row_min_rows} rows use multi_row_bandwidth_fraction for f_bw"
                 if fit.multi_row_bandwidth_fraction is not None else ""))]
     head += provenance_lines(fit, hardware, extra)
     prov = "; ".join([s.provenance, f"fit {_pct(fit.fit_error)}", f"hold-out {_pct(fit.holdout_error)}"]
@@ -316,6 +342,7 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
             f"provenance = {json.dumps(prov)}"]
     if fit.multi_row_bandwidth_fraction is not None:
         body.insert(3, f"multi_row_bandwidth_fraction = {fit.multi_row_bandwidth_fraction!r}")
+        body.insert(4, f"multi_row_min_rows = {fit.stack.multi_row_min_rows}")
     text = "".join(f"# {ln.replace(chr(10), ' ')}\n" for ln in head) + "\n".join(body) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

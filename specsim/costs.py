@@ -102,7 +102,8 @@ class CostModel:
         return self._finish(batch, positions, context, b, f, self.model.n_layers)
 
     def _finish(self, batch: int, positions: int, context: int, b: float, f: float, layers: int) -> PassCost:
-        t_mem, t_cmp = b / (self._bw if batch * positions == 1 else self._bw_multi), f / self._peak
+        t_mem = b / (self._bw if batch * positions < self.stack.multi_row_min_rows else self._bw_multi)
+        t_cmp = f / self._peak
         s = self.stack
         overhead = s.per_call_overhead_s + s.per_layer_overhead_s * layers
         comm = self.comm_time_s(batch, positions)

@@ -70,9 +70,11 @@ class StackProfile(_Strict):
     name: str
     description: str = ""
     bandwidth_fraction: float = Field(default=1.0, gt=0, le=1)
-    # Passes of more than one row (B·P > 1) may stream weights at their own fraction: eager fp32 PyTorch on a CPU
-    # runs one row as matrix-vector products but 2..16 rows as small, slower matrix products (see calibrate.py).
+    # Passes of at least multi_row_min_rows rows (B·P) may stream weights at their own fraction: eager fp32 PyTorch
+    # on a CPU runs one row as matrix-vector products but several rows as small, slower matrix products, and the BLAS
+    # switches kernels at a row count of its own (2 on the AMD EPYC, 4 on the Intel Xeon we measured; calibrate.py).
     multi_row_bandwidth_fraction: float | None = Field(default=None, gt=0, le=1)
+    multi_row_min_rows: int = Field(default=2, ge=2, le=4096)
     compute_fraction: float = Field(default=1.0, gt=0, le=1)
     per_call_overhead_s: float = Field(default=0.0, ge=0, le=10)
     per_layer_overhead_s: float = Field(default=0.0, ge=0, le=1)

@@ -160,13 +160,13 @@ CPU_TRUE = StackProfile(name="cpu", bandwidth_fraction=0.5, compute_fraction=0.5
                         per_layer_overhead_s=2e-4)
 
 
-def cpu_points(multi: float | None):
+def cpu_points(multi: float | None, min_rows: int | None = None):
     """fp32 models on the 2-core CPU: memory-bound up to a few dozen rows, so multi-row passes are visible."""
     hw = prof.hardware("cpu-2core")
     models = [prof.model("qwen2.5-coder-0.5b").model_copy(update={"n_layers": n, "dtype": "fp32", "name": f"q{n}"})
               for n in (4, 24)]
     pts = [PassPoint(m, 1, p, c, 1.0) for m in models for p in (1, 2, 3, 4, 6, 8, 16, 32, 64, 128) for c in (0, 128)]
-    t = predict_times(CPU_TRUE, roofline_terms(pts, hw), multi)
+    t = predict_times(CPU_TRUE, roofline_terms(pts, hw), multi, min_rows)
     return [PassPoint(p.model, 1, p.positions, p.context, float(x)) for p, x in zip(pts, t)], hw
 
 
@@ -179,6 +179,24 @@ def test_multi_row_fit_recovers_both_bandwidth_fractions():
     assert fit.identified["multi_row_bandwidth_fraction"]
     # one fraction cannot describe these passes: the plain fit misses (so the check above can fail)
     assert fit_stack(pts, hw).holdout_error["max_abs_pct"] > 20
+
+
+@pytest.mark.parametrize("min_rows", [2, 3, 4, 6])
+def test_multi_row_fit_finds_the_row_count_where_the_kernel_switches(min_rows, tmp_path):
+    """The BLAS's switch from matrix-vector to matrix-matrix kernels sits at a row count of its own (2 on the AMD
+    EPYC, 4 on the Intel Xeon we measured): the fit recovers it with both fractions, and the TOML carries it."""
+    pts, hw = cpu_points(multi=0.25, min_rows=min_rows)
+    fit = fit_stack(pts, hw, multi_row=True)
+    assert fit.stack.multi_row_min_rows == min_rows
+    assert fit.multi_row_bandwidth_fraction == pytest.approx(0.25, rel=1e-6)
+    assert fit.stack.bandwidth_fraction == pytest.approx(0.5, rel=1e-6)
+    assert fit.summary()["multi_row_min_rows"] == min_rows
+    cm = fit.cost_model(pts[0].model, hw)
+    below, at = cm.pass_cost(1, min_rows - 1, 0), cm.pass_cost(1, min_rows, 0)
+    assert at.time_s > 1.5 * below.time_s  # the slower kernel from min_rows rows on
+    loaded = load_stack(write_stack_toml(tmp_path / "r.toml", fit, hw))
+    assert loaded.multi_row_min_rows == min_rows
+    assert loaded.multi_row_bandwidth_fraction == pytest.approx(0.25, rel=1e-6)
 
 
 def test_multi_row_fit_on_single_fraction_data_finds_them_equal():

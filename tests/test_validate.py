@@ -194,6 +194,16 @@ def test_validate_pair_report(pair):
     assert res["calibration"]["holdout_error"]["n"] >= 1
     assert res["executor"]["accepted"] == res["measured"]["predicted_accepted"]
     assert res["executor"]["speedup"] == res["measured"]["compare"]["speedup"]["measured"]
+    # the analysis half re-run on the saved (JSON) measurements and the trace gives the same predictions
+    import json
+
+    from specsim.executor.validate import analyze_pair
+    saved = json.loads(json.dumps({k: res[k] for k in ("grid", "executor", "prompt_lens")}))
+    again = analyze_pair(saved["grid"], saved["executor"], res["trace"], saved["prompt_lens"],
+                         hardware=prof.hardware("cpu-2core"), target_profile=tiny, draft_profile=tiny, gamma=3,
+                         max_new_tokens=12)
+    for mode in ("calibrated", "calibrated_multi_row", "measured"):
+        assert again[mode]["predicted"] == res[mode]["predicted"], mode
 
 
 @pytest.mark.weights

@@ -91,9 +91,9 @@ def sampling_overhead(vocab: int, gamma: int, sampling: SamplingConfig = PLAIN,
         for i in range(gamma):
             q = adjust(q_logits[i], sampling)
             qs.append(q)
-            xs.append(sample(q, gen).view(1))
+            xs.append(sample(q, gen, sampling.greedy).view(1))
         drafts = torch.cat(xs)
-        n, tok = speculative_accept(adjust(p_logits, sampling), torch.stack(qs), drafts, gen)
+        n, tok = speculative_accept(adjust(p_logits, sampling), torch.stack(qs), drafts, gen, greedy=sampling.greedy)
         torch.cat([drafts, n.view(1), tok.view(1)]).tolist()
     return {"vocab": vocab, "gamma": gamma, **_stats(_median_time(one, repeats, warmup, dev))}
 

@@ -68,8 +68,14 @@ def adjust(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     return logits.softmax(-1)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row of probs [..., V] -> long [...]. Zero-probability tokens are never drawn."""
+def sample(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
+    """One draw per row of probs [..., V] -> long [...]. Zero-probability tokens are never drawn.
+
+    greedy: the rows are one-hot (temperature 0), so the draw is the argmax — taken without a multinomial over the
+    vocabulary (3.7 ms at V = 152k on the 2-core CPU, where HF's greedy decoding takes an argmax) and without
+    spending the generator (at temperature 0 nothing depends on it)."""
+    if greedy:
+        return probs.argmax(-1)
     flat = probs.reshape(-1, probs.shape[-1])
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
 
@@ -93,13 +99,15 @@ def residual(p: torch.Tensor, q: torch.Tensor, lenience: float = 1.0) -> torch.T
 
 
 def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator | None,
-                       lenience: float = 1.0, broken: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       lenience: float = 1.0, broken: str | None = None,
+                       greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 3-4 of Algorithm 1 on adjusted distributions.
 
     p: [..., γ+1, V] target distributions (the last row is for the bonus token), q: [..., γ, V] draft
     distributions, drafts: [..., γ] the draft's sampled tokens. Returns (n accepted [...], next token [...]):
     the step emits drafts[:n] then the next token (from the residual after a rejection, from p[γ] after a clean
-    sweep). Uses γ uniforms then one categorical draw from `generator`, whatever n is.
+    sweep). Uses γ uniforms then one categorical draw from `generator`, whatever n is (greedy: one-hot p and q,
+    temperature 0; the next token is then the argmax of its one-hot distribution, see `sample`).
     """
     if broken is not None and broken not in BROKEN_RULES:
         raise ConfigError("unknown broken rule", field="broken", value=broken, allowed=", ".join(BROKEN_RULES))
@@ -119,7 +127,7 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, g
         dist = p_n                                                             # wrong: ignores what q covered
     else:
         dist = torch.where(rejected, residual(p_n, q_n, lenience), p_n)
-    nxt = sample(dist, generator)
+    nxt = sample(dist, generator, greedy)
     if broken == "no_residual":                                                # wrong: keep the draft's token
         rejected_draft = drafts.gather(-1, n.clamp(max=gamma - 1).unsqueeze(-1)).squeeze(-1)
         nxt = torch.where(n < gamma, rejected_draft, nxt)

@@ -141,7 +141,7 @@ class PlainDecoder:
                 _sync(dev)
             t1 = clock()
             p = adjust(logits, self.sampling)
-            pending = sample(p, gen).view(1)
+            pending = sample(p, gen, self.sampling.greedy).view(1)
             tok = int(pending)
             res.tokens.append(tok)
             if keep_probs:
@@ -198,7 +198,7 @@ class SpeculativeDecoder:
                 logits = tgt.forward(t_pending, tstate, keep=1)
                 sync()
                 t1 = clock()
-                tok = sample(adjust(logits[-1], cfg), gen)
+                tok = sample(adjust(logits[-1], cfg), gen, cfg.greedy)
                 emitted, n = [int(tok)], 0
                 t_draft, t_verify = 0.0, t1 - t0
             else:
@@ -206,7 +206,7 @@ class SpeculativeDecoder:
                 inp = d_pending
                 for _ in range(g):
                     q = adjust(fit_vocab(dft.forward(inp, dstate, keep=1)[-1], vocab).to(dev), cfg)
-                    x = sample(q, gen).view(1)
+                    x = sample(q, gen, cfg.greedy).view(1)
                     qs.append(q)
                     xs.append(x)
                     inp = x
@@ -216,7 +216,8 @@ class SpeculativeDecoder:
                 p = adjust(tgt.forward(torch.cat([t_pending, drafts]), tstate, keep=g + 1), cfg)
                 sync()
                 t2 = clock()
-                n_t, tok = speculative_accept(p, torch.stack(qs), drafts, gen, self.lenience, self.broken)
+                n_t, tok = speculative_accept(p, torch.stack(qs), drafts, gen, self.lenience, self.broken,
+                                              cfg.greedy)
                 vals = torch.cat([drafts, n_t.view(1), tok.view(1)]).tolist()   # the step's one host sync
                 n = vals[g]
                 emitted = vals[:n] + [vals[g + 1]]

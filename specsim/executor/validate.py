@@ -86,10 +86,10 @@ def grid_pass_times(source, positions: Sequence[int], contexts: Sequence[int] = 
         if logits.shape[0] > 1:
             logits[:, -1].argmax(-1).tolist()
         elif P == 1:
-            int(draw(adjust(logits[0, -1], greedy), rng))
+            int(draw(adjust(logits[0, -1], greedy), rng, True))
         else:
             p = adjust(logits[0], greedy)
-            n, tok = speculative_accept(p, p[:-1], p[:-1].argmax(-1), rng)
+            n, tok = speculative_accept(p, p[:-1], p[:-1].argmax(-1), rng, greedy=True)
             torch.stack([n, tok]).tolist()
 
     with torch.inference_mode():
@@ -281,11 +281,8 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
     and `measured` (the grid interpolated). `per_round()`: called after each round's decoding (e.g. to time HF's
     assisted generation under the same load); its results are returned in `per_round`. `draft_profile` None = a
     draft without weights (n-gram)."""
-    from specsim.calibrate import fit_stack, points_from_rows
-    from specsim.costs import CostModel
     from specsim.executor.record import record_trace
     from specsim.executor.sampling import SamplingConfig
-    from specsim.measured import MeasuredCosts
 
     sampling = sampling or SamplingConfig(temperature=0.0)
     prompt_lens = [len(p) for p in prompts]
@@ -312,8 +309,35 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
             rounds.append(per_round())
     t_rows, d_rows = _median_rows(t_runs), _median_rows(d_runs)
     t_pre, d_pre = _median_rows(tp_runs), _median_rows(dp_runs)
-    meas_t = MeasuredCosts(t_rows, target_profile, hardware, t_pre, name=target.name)
-    meas_d = MeasuredCosts(d_rows, draft_profile, hardware if draft_profile else None, d_pre, name=draft.name)
+    log(f"[validate] recording the β trace ({time.perf_counter() - t0:.0f} s so far)")
+    trace = record_trace(target, draft, prompts, max_new_tokens + gamma, sampling, seed=seed, task="validate")
+    measured = _measured_summary(e2e, gamma, max_new_tokens, prompt_lens)
+    out = analyze_pair({"target": t_rows, "draft": d_rows, "target_prefill": t_pre, "draft_prefill": d_pre},
+                       measured, trace, prompt_lens, hardware=hardware, target_profile=target_profile,
+                       draft_profile=draft_profile, gamma=gamma, max_new_tokens=max_new_tokens, stack=stack,
+                       seed=seed, names=(target.name, draft.name))
+    out.update({"temperature": sampling.temperature, "prompts": len(prompts), "per_round": rounds})
+    out["trace"] = trace  # not JSON: callers pop it (to write the trace), as "fit" and "fit_multi_row"
+    out["elapsed_s"] = time.perf_counter() - t0
+    return out
+
+
+def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], *, hardware, target_profile,
+                 draft_profile=None, gamma: int, max_new_tokens: int, stack=None, seed: int = 0,
+                 names: tuple[str, str] = ("target", "draft")) -> dict:
+    """Fit the stacks to the measured grid and predict the measured run in every cost mode (`validate_pair`'s
+    second half; also runs on saved measurements, so a better cost model can be scored on the same run).
+
+    grid: {"target", "draft", "target_prefill", "draft_prefill"} rows (median over rounds); measured:
+    `_measured_summary`; trace: the β trace recorded on the same prompts (one sequence per prompt)."""
+    from specsim.calibrate import fit_stack, points_from_rows
+    from specsim.costs import CostModel
+    from specsim.measured import MeasuredCosts
+
+    t_rows, d_rows = grid["target"], grid["draft"]
+    meas_t = MeasuredCosts(t_rows, target_profile, hardware, grid["target_prefill"], name=names[0])
+    meas_d = MeasuredCosts(d_rows, draft_profile, hardware if draft_profile else None, grid["draft_prefill"],
+                           name=names[1])
     points = points_from_rows(t_rows, target_profile)
     if draft_profile is not None:
         points += points_from_rows(d_rows, draft_profile)
@@ -322,16 +346,11 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
     st = stack or fit.stack
     cal_t = CostModel(target_profile, hardware, st)
     cal_d = CostModel(draft_profile, hardware, st) if draft_profile is not None else meas_d
-    log(f"[validate] recording the β trace ({time.perf_counter() - t0:.0f} s so far)")
-    trace = record_trace(target, draft, prompts, max_new_tokens + gamma, sampling, seed=seed, task="validate")
-    measured = _measured_summary(e2e, gamma, max_new_tokens, prompt_lens)
-    out = {"target": target.name, "draft": draft.name, "gamma": gamma, "max_new_tokens": max_new_tokens,
-           "temperature": sampling.temperature, "prompts": len(prompts), "prompt_lens": prompt_lens,
-           "alpha": trace.alpha, "executor": measured, "stack": st.model_dump(),
+    out = {"target": names[0], "draft": names[1], "gamma": gamma, "max_new_tokens": max_new_tokens,
+           "prompt_lens": list(prompt_lens), "alpha": trace.alpha, "executor": measured, "stack": st.model_dump(),
            "calibration": fit.summary() if fit is not None else None,
-           "calibration_multi_row": fit2.summary() if fit2 is not None else None, "per_round": rounds,
-           "calibration_points": fit.rows() if fit is not None else None,
-           "grid": {"target": t_rows, "draft": d_rows, "target_prefill": t_pre, "draft_prefill": d_pre}}
+           "calibration_multi_row": fit2.summary() if fit2 is not None else None,
+           "calibration_points": fit.rows() if fit is not None else None, "grid": grid}
     modes = {"calibrated": (cal_t, cal_d), "measured": (meas_t, meas_d)}
     if fit2 is not None:
         modes["calibrated_multi_row"] = (fit2.cost_model(target_profile, hardware),
@@ -343,7 +362,5 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
                      "predicted_accepted": pred["accepted"], "compare": compare(measured, pred),
                      "prompt_speedup_error_pct": errs,
                      "replay": replay_matches(measured["accepted"], pred["accepted"])}
-    # not JSON: callers pop them (to write the trace and the stack TOMLs)
-    out["trace"], out["fit"], out["fit_multi_row"] = trace, fit, fit2
-    out["elapsed_s"] = time.perf_counter() - t0
+    out["fit"], out["fit_multi_row"] = fit, fit2  # not JSON: callers pop them (to write the stack TOMLs)
     return out
