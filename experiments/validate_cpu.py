@@ -282,6 +282,7 @@ def main(argv=None) -> int:
     ap.add_argument("--grid-repeats", type=int, default=1, help="passes per grid point per round")
     ap.add_argument("--positions", default="1,2,3,4,6,8,16,32,64")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--repeats", type=int, default=None, help="rounds per pair (default: the pair's own, 3)")
     ap.add_argument("--kernels", default="stock", help="our executor's kernels: stock | row-gemm; HF's generate "
                     "always runs the stock kernels")
     ap.add_argument("--quick", action="store_true", help="1 prompt, 6 tokens, 1 round (a smoke test)")
@@ -309,6 +310,8 @@ def main(argv=None) -> int:
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.time()
     pairs = {k: dict(PAIRS[k]) for k in args.pairs.split(",")}
+    if args.repeats:
+        pairs = {k: {**v, "repeats": args.repeats} for k, v in pairs.items()}
     if args.quick:
         pairs = {k: {**v, "prompts": 1, "tokens": 6, "repeats": 1} for k, v in pairs.items()}
     RESULTS.mkdir(parents=True, exist_ok=True)
