@@ -1,17 +1,16 @@
 """Paired check: our SpeculativeDecoder against HF assisted generation (`generate(..., assistant_model=draft)`) on
-the Qwen2.5-Coder 1.5B <- 0.5B pair, fp32 CPU, greedy, same prompts, same γ (constant schedule).
+the Qwen2.5-Coder 1.5B <- 0.5B pair, fp32 CPU, greedy, same prompts, same γ (constant schedule), same model
+objects and kernels (stock; `--rowgemm` adds a second pair of runs with the opt-in row-gemm kernels on both).
 
-Each round times four runs back to back, in this order, over the same model objects:
-- ours        — the executor as shipped: stock kernels, fused prefill, γ clipped on the last step like HF;
-- hf          — HF's generate as a user runs it: stock kernels (same passes, so the decoding loops are compared);
-- ours_rowgemm — our executor with the opt-in row-gemm kernels (`use_row_gemm`, scoped to our own passes);
-- hf_rowgemm  — HF's generate with the row-gemm kernels switched on for it too.
-Ratios are per round (paired under one load), then the median over rounds. The machine's speed drifts by ~10%
-between runs, more than the loops differ, so every run also logs each model call (forward hooks on both models:
-calls, rows fed, time inside): both sides must run the same passes, and walltime minus the time inside the passes
-is each loop's own overhead — a figure the drift barely touches. Writes
-experiments/results/hf_compare.{md,json}. Usage: .venv/bin/python experiments/hf_compare.py [--prompts 2]
-[--tokens 32] [--gamma 3] [--rounds 5]"""
+Why the protocol: this shared 2-core machine drifts by 10-20% in speed from one run to the next, far more than the
+two loops differ. So the timed unit is one prompt, ours and HF's back to back in alternating order (ABBA over
+prompts and rounds), a round's ratio is Σ ours / Σ HF over its prompts, and the figure is the median over rounds.
+Every model call is also logged (forward hooks on both models: calls, rows fed, seconds inside): both sides must
+run the same passes, and walltime minus the time inside them is each loop's own overhead — which the drift barely
+touches. `pass-normalized` = (I + O_ours) / (I + O_hf) with I the median time inside the passes over all runs and
+O each side's median overhead: the walltime ratio with the drift taken out of the shared passes.
+Writes experiments/results/hf_compare.{md,json}. Usage: .venv/bin/python experiments/hf_compare.py [--prompts 2]
+[--tokens 32] [--gamma 3] [--rounds 8] [--rowgemm]"""
 
 from __future__ import annotations
 
@@ -26,9 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-RUNS = ("ours", "hf", "ours_rowgemm", "hf_rowgemm")
-RATIOS = {"ours / hf": ("ours", "hf"), "ours_rowgemm / hf_rowgemm": ("ours_rowgemm", "hf_rowgemm"),
-          "ours_rowgemm / hf": ("ours_rowgemm", "hf")}
 
 
 class PassLog:
@@ -54,13 +50,9 @@ class PassLog:
     def _post(self, module, args, out):
         self.inside_s += time.perf_counter() - self._t0
 
-    def reset(self) -> None:
+    def take(self) -> dict:
+        out = {"calls": dict(self.calls), "rows": dict(self.rows), "inside_s": self.inside_s}
         self.calls, self.rows, self.inside_s = {}, {}, 0.0
-
-    def take(self, walltime_s: float) -> dict:
-        out = {"calls": dict(self.calls), "rows": dict(self.rows), "inside_s": self.inside_s,
-               "outside_s": walltime_s - self.inside_s}
-        self.reset()
         return out
 
 
@@ -69,7 +61,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--gamma", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rowgemm", action="store_true", help="also compare both sides on the row-gemm kernels")
     ap.add_argument("--out", default="hf_compare", help="results file stem under experiments/results/")
     args = ap.parse_args()
 
@@ -87,92 +80,113 @@ def main() -> None:
     if None in dirs:
         raise SystemExit("hf_compare: fetch the pair first (specsim models fetch qwen2.5-coder-1.5b-instruct, "
                          "... qwen2.5-coder-0.5b-instruct)")
-    target, draft = (hf_source(d, dtype="fp32") for d in dirs)   # stock kernels
-    t_row, d_row = (HFSource(s.model, s.name, s.tokenizer, kernels="row-gemm") for s in (target, draft))
+    target, draft = (hf_source(d, dtype="fp32") for d in dirs)   # stock kernels, as shipped
     prompts = load_prompts(ROOT / "experiments/prompts/code_prompts.txt", target.tokenizer, target.vocab_size,
                            chat=True, limit=args.prompts)
     greedy = SamplingConfig(temperature=0.0)
-    ours_dec = SpeculativeDecoder(target, draft, args.gamma, greedy, timing=False)
-    row_dec = SpeculativeDecoder(t_row, d_row, args.gamma, greedy, timing=False)
+    decs = {"ours": SpeculativeDecoder(target, draft, args.gamma, greedy, timing=False)}
+    if args.rowgemm:
+        t_row, d_row = (HFSource(s.model, s.name, s.tokenizer, kernels="row-gemm") for s in (target, draft))
+        decs["ours_rowgemm"] = SpeculativeDecoder(t_row, d_row, args.gamma, greedy, timing=False)
     log = PassLog({"target": target.model, "draft": draft.model})
+    pairs = [("ours", "hf")] + ([("ours_rowgemm", "hf_rowgemm")] if args.rowgemm else [])
 
-    def ours(dec):
-        t0 = time.perf_counter()
-        res = [dec.generate(p, args.tokens, seed=i) for i, p in enumerate(prompts)]
-        return time.perf_counter() - t0, res
-
-    def hf():
-        return hf_assisted(target, draft, prompts, args.gamma, args.tokens, greedy, seed=0, repeats=1,
-                           warmup=0)["walltime_s"]
-
-    def hf_rowgemm():
-        with row_gemm_scope():
-            return hf()
+    def run(kind: str, i: int) -> tuple[float, list[int] | None]:
+        if kind.startswith("ours"):
+            t0 = time.perf_counter()
+            toks = decs[kind].generate(prompts[i], args.tokens, seed=i).tokens
+            return time.perf_counter() - t0, toks
+        if kind == "hf_rowgemm":
+            with row_gemm_scope():
+                return hf_assisted(target, draft, [prompts[i]], args.gamma, args.tokens, greedy, seed=i, repeats=1,
+                                   warmup=0)["walltime_s"], None
+        return hf_assisted(target, draft, [prompts[i]], args.gamma, args.tokens, greedy, seed=i, repeats=1,
+                           warmup=0)["walltime_s"], None
 
     with torch.inference_mode():
-        ours(ours_dec), hf(), ours(row_dec), hf_rowgemm()   # warm-up
-        log.reset()
-        rounds = []
+        for a, b in pairs:   # warm-up
+            for i in range(len(prompts)):
+                run(a, i), run(b, i)
+        log.take()
+        rounds, tokens = [], {}
         for r in range(args.rounds):
-            t, passes = {}, {}
-            t["ours"], res = ours(ours_dec)
-            passes["ours"] = log.take(t["ours"])
-            t["hf"] = hf()
-            passes["hf"] = log.take(t["hf"])
-            t["ours_rowgemm"], res_row = ours(row_dec)
-            passes["ours_rowgemm"] = log.take(t["ours_rowgemm"])
-            t["hf_rowgemm"] = hf_rowgemm()
-            passes["hf_rowgemm"] = log.take(t["hf_rowgemm"])
-            same = [x.tokens for x in res] == [x.tokens for x in res_row]
-            rounds.append({**{f"{k}_s": v for k, v in t.items()},
-                           **{k: t[a] / t[b] for k, (a, b) in RATIOS.items()}, "same_tokens": same,
-                           "passes": passes})
-            print(f"round {r}: " + "  ".join(f"{k} {v:.3f}s" for k, v in t.items()) + "  "
-                  + "  ".join(f"{k} {rounds[-1][k]:.3f}" for k in RATIOS), flush=True)
-    keys = [f"{k}_s" for k in RUNS] + list(RATIOS)
-    med = {k: statistics.median(x[k] for x in rounds) for k in keys}
-    for k in RUNS:
-        med[f"{k}_outside_s"] = statistics.median(x["passes"][k]["outside_s"] for x in rounds)
-        med[f"{k}_inside_s"] = statistics.median(x["passes"][k]["inside_s"] for x in rounds)
-    first = rounds[0]["passes"]
-    same_passes = all(x["passes"][k]["calls"] == first[k]["calls"] and x["passes"][k]["rows"] == first[k]["rows"]
-                      for x in rounds for k in RUNS)
-    steps = sum(len(a) for a in (x.accepted for x in res))
+            rnd = {}
+            for a, b in pairs:
+                wall = {a: 0.0, b: 0.0}
+                passes = {a: [], b: []}
+                for i in range(len(prompts)):
+                    for kind in ((a, b) if (r + i) % 2 == 0 else (b, a)):   # ABBA over prompts and rounds
+                        t, toks = run(kind, i)
+                        wall[kind] += t
+                        passes[kind].append(log.take())
+                        if toks is not None:
+                            tokens.setdefault(kind, {})[i] = toks
+                for kind in (a, b):
+                    ps = passes[kind]
+                    rnd[kind] = {"walltime_s": wall[kind], "inside_s": sum(p["inside_s"] for p in ps),
+                                 "calls": [p["calls"] for p in ps], "rows": [p["rows"] for p in ps]}
+                    rnd[kind]["outside_s"] = wall[kind] - rnd[kind]["inside_s"]
+                rnd[f"{a} / {b}"] = wall[a] / wall[b]
+            rounds.append(rnd)
+            print(f"round {r}: " + "  ".join(f"{a} {rnd[a]['walltime_s']:.3f}s {b} {rnd[b]['walltime_s']:.3f}s "
+                                             f"ratio {rnd[f'{a} / {b}']:.3f}" for a, b in pairs), flush=True)
+    summary = {}
+    for a, b in pairs:
+        key = f"{a} / {b}"
+        inside = statistics.median([x[k]["inside_s"] for x in rounds for k in (a, b)])
+        o_a = statistics.median(x[a]["outside_s"] for x in rounds)
+        o_b = statistics.median(x[b]["outside_s"] for x in rounds)
+        same_calls = all(x[a]["calls"] == rounds[0][a]["calls"] and x[b]["calls"] == rounds[0][b]["calls"]
+                         for x in rounds)
+        summary[key] = {"ratio_rounds": [x[key] for x in rounds], "ratio_median": statistics.median(
+                            x[key] for x in rounds),
+                        "walltime_median_s": {k: statistics.median(x[k]["walltime_s"] for x in rounds)
+                                              for k in (a, b)},
+                        "inside_median_s": inside, "outside_median_s": {a: o_a, b: o_b},
+                        "pass_normalized_ratio": (inside + o_a) / (inside + o_b),
+                        "calls": {k: rounds[0][k]["calls"] for k in (a, b)},
+                        "rows": {k: rounds[0][k]["rows"] for k in (a, b)}, "calls_stable": same_calls}
+    ours_tok = tokens.get("ours", {})
+    same_tokens = all(tokens[k] == ours_tok for k in tokens)
     cmd = "python experiments/hf_compare.py " + " ".join(sys.argv[1:])
     out = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "command": cmd,
            "args": vars(args), "prompt_lens": [len(p) for p in prompts], "torch_threads": torch.get_num_threads(),
            "torch": torch.__version__, "transformers": transformers.__version__, "load_after": os.getloadavg()[0],
-           "rounds": rounds, "median": med, "accepted": [x.accepted for x in res], "target_runs": steps,
-           "pass_counts_stable": same_passes}
+           "summary": summary, "rounds": rounds, "same_tokens_across_our_runs": same_tokens}
     res_dir = ROOT / "experiments/results"
-    (res_dir / f"{args.out}.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    (res_dir / f"{args.out}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     lines = ["# Our executor vs HF assisted generation (Qwen2.5-Coder-1.5B <- 0.5B, fp32, CPU, greedy)", "",
              f"{out['date']}; `{cmd}`; {args.prompts} prompts (lengths {out['prompt_lens']}) x {args.tokens} new "
-             f"tokens, γ = {args.gamma}, {args.rounds} interleaved rounds after one warm-up, "
-             f"{out['torch_threads']} torch threads, torch {torch.__version__}, transformers "
-             f"{transformers.__version__}. Walltime for the whole prompt set, seconds.", "",
-             "ours = the executor as shipped (stock kernels, fused prefill); hf = HF's assisted generate (stock "
-             "kernels); ours_rowgemm / hf_rowgemm = the same two with the opt-in row-gemm kernels. Our two runs "
-             "emit the same tokens: "
-             f"{all(x['same_tokens'] for x in rounds)}.", "",
-             "| round | " + " | ".join(f"{k} (s)" for k in RUNS) + " | " + " | ".join(RATIOS) + " |",
-             "|---" * (1 + len(RUNS) + len(RATIOS)) + "|"]
-    for i, x in enumerate(rounds + [med]):
-        lines.append(f"| {i if i < len(rounds) else '**median**'} | "
-                     + " | ".join(f"{x[f'{k}_s']:.3f}" for k in RUNS) + " | "
-                     + " | ".join(f"{x[k]:.3f}" for k in RATIOS) + " |")
-    lines += ["", "Model calls per run (forward hooks on both models; every round the same: "
-              f"{same_passes}), and the time spent outside them — each loop's own overhead (median over rounds; "
-              f"{steps} target runs per run of ours):", "",
-              "| run | target calls | target rows | draft calls | draft rows | inside passes (s) | outside (s) | "
-              "outside per target run (ms) |", "|---|---|---|---|---|---|---|---|"]
-    for k in RUNS:
-        c, rws = first[k]["calls"], first[k]["rows"]
-        lines.append(f"| {k} | {c.get('target', 0)} | {rws.get('target', 0)} | {c.get('draft', 0)} | "
-                     f"{rws.get('draft', 0)} | {med[f'{k}_inside_s']:.3f} | {med[f'{k}_outside_s']:.3f} | "
-                     f"{1e3 * med[f'{k}_outside_s'] / max(1, c.get('target', 1)):.1f} |")
+             f"tokens, γ = {args.gamma}, {args.rounds} rounds after one warm-up; per prompt ours and HF's back to "
+             f"back in ABBA order; {out['torch_threads']} torch threads, torch {torch.__version__}, transformers "
+             f"{transformers.__version__}. ours = the executor as shipped (stock kernels, fused prefill, γ clipped "
+             "on the last step like HF); hf = HF's assisted generate on the same model objects.", ""]
+    for a, b in pairs:
+        s = summary[f"{a} / {b}"]
+        lines += [f"## {a} / {b}", "",
+                  "| round | " + f"{a} (s) | {b} (s) | ratio |", "|---|---|---|---|"]
+        for i, x in enumerate(rounds):
+            lines.append(f"| {i} | {x[a]['walltime_s']:.3f} | {x[b]['walltime_s']:.3f} | {x[f'{a} / {b}']:.3f} |")
+        lines.append(f"| **median** | {s['walltime_median_s'][a]:.3f} | {s['walltime_median_s'][b]:.3f} | "
+                     f"**{s['ratio_median']:.3f}** |")
+        ca, cb = s["calls"][a], s["calls"][b]
+        ra, rb = s["rows"][a], s["rows"][b]
+
+        def tot(xs, k):
+            return sum(x.get(k, 0) for x in xs)
+        lines += ["", f"Model calls per run over the prompts (same every round: {s['calls_stable']}): {a} target "
+                  f"{tot(ca, 'target')} calls / {tot(ra, 'target')} rows, draft {tot(ca, 'draft')} / "
+                  f"{tot(ra, 'draft')}; {b} target {tot(cb, 'target')} / {tot(rb, 'target')}, draft "
+                  f"{tot(cb, 'draft')} / {tot(rb, 'draft')}. Time outside the model calls (each loop's own "
+                  f"overhead, median over rounds): {a} {s['outside_median_s'][a]:.3f} s "
+                  f"({1e3 * s['outside_median_s'][a] / max(1, tot(ca, 'target')):.1f} ms per target run), {b} "
+                  f"{s['outside_median_s'][b]:.3f} s ({1e3 * s['outside_median_s'][b] / max(1, tot(cb, 'target')):.1f}"
+                  f" ms). Time inside the passes, median over all runs: {s['inside_median_s']:.3f} s. "
+                  f"Pass-normalized ratio (I + O_{a}) / (I + O_{b}): **{s['pass_normalized_ratio']:.4f}**.", ""]
+    lines.append(f"Our runs emitted the same tokens every round{' and on both kernels' if args.rowgemm else ''}: "
+                 f"{same_tokens}.")
     (res_dir / f"{args.out}.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps(med))
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

@@ -54,8 +54,9 @@ def calibrate_cmd(
     repeats: int = typer.Option(3, "--repeats", min=1, help="timed repetitions per point (median)"),
     warmup: int = typer.Option(1, "--warmup", min=0),
     holdout_every: int = typer.Option(4, "--holdout-every", min=0, help="hold out every k-th point (0 = none)"),
-    multi_row: bool = typer.Option(False, "--multi-row", help="also fit a bandwidth fraction for passes of B·P > 1 "
-                                   "rows (StackProfile.multi_row_bandwidth_fraction)"),
+    multi_row: bool = typer.Option(False, "--multi-row", help="also fit a bandwidth fraction for passes of B·P >= R "
+                                   "rows and R, where the BLAS switches kernels (StackProfile."
+                                   "multi_row_bandwidth_fraction, multi_row_min_rows)"),
     base: str | None = typer.Option(None, "--base", help="stack for what the data cannot identify "
                                                             "[the hardware's default stack]"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
@@ -110,6 +111,7 @@ def calibrate_cmd(
           [["bandwidth_fraction", s.bandwidth_fraction], ["compute_fraction", s.compute_fraction],
            ["per_call_overhead_s", s.per_call_overhead_s], ["per_layer_overhead_s", s.per_layer_overhead_s],
            ["multi_row_bandwidth_fraction", fit.multi_row_bandwidth_fraction],
+           ["multi_row_min_rows", fit.stack.multi_row_min_rows if fit.multi_row_bandwidth_fraction else None],
            ["fit median |err| %", fit.fit_error["median_abs_pct"]],
            ["hold-out median |err| %", fit.holdout_error["median_abs_pct"]],
            ["hold-out max |err| %", fit.holdout_error["max_abs_pct"]]])
