@@ -107,10 +107,11 @@ class RowAwareCostModel(CostModel):
     """CostModel whose passes of several rows (B·P ≥ the stack's multi_row_min_rows) stream memory at their own
     achievable fraction.
 
-    Why: eager fp32 PyTorch on this CPU runs a one-row pass as matrix-vector products (~50% of the copy bandwidth)
-    but 2..16 rows as small matrix products that stream the weights at ~25%, so a 4-position verification costs 2x
-    a one-token step although both are memory-bound on the roofline. The figure lives in
-    `StackProfile.multi_row_bandwidth_fraction`; this subclass only lets a fit's value override the stack's."""
+    Why: eager fp32 PyTorch on a 2-core CPU runs a one-row pass as matrix-vector products (~50% of the copy
+    bandwidth) but, from a row count the BLAS picks (2 on the AMD EPYC, 4 on the Intel Xeon we measured), small
+    matrix products that stream the weights at ~25%, so a 4-position verification costs 2x a one-token step although
+    both are memory-bound on the roofline. The figures live in `StackProfile.multi_row_bandwidth_fraction` and
+    `multi_row_min_rows`; this subclass only lets a fit's values override the stack's."""
 
     def __init__(self, model, hardware, stack=None, multi_row_bandwidth_fraction: float | None = None,
                  multi_row_min_rows: int | None = None, **kw):
