@@ -140,9 +140,12 @@ def prefill_times(source, prompt_lens: Sequence[int], repeats: int = 3, warmup: 
 
 def run_end_to_end(target, draft, prompts, gamma: int, max_new_tokens: int, sampling, repeats: int = 2,
                    warmup: int = 1, seed: int = 0) -> dict:
-    """Speculative (no γ clipping) and plain decoding of every prompt, interleaved, `repeats` times after warm-up.
+    """Speculative (no γ clipping) and plain decoding of every prompt, `repeats` times after warm-up.
 
-    Returns the walltimes of each repetition (whole prompt set), and the last repetition's per-prompt results."""
+    Per prompt the two run back to back in ABBA order over prompts and repetitions (spec first where rep + i is
+    even, plain first otherwise), so a machine whose speed drifts by the minute slows both alike. Returns the
+    walltimes of each repetition (whole prompt set, the sum of its prompts' runs), and the last repetition's
+    per-prompt results."""
     from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
 
     spec = SpeculativeDecoder(target, draft, gamma, sampling, clip_gamma=False, timing=True,
@@ -152,13 +155,19 @@ def run_end_to_end(target, draft, prompts, gamma: int, max_new_tokens: int, samp
         spec.generate(prompts[0], min(8, max_new_tokens), seed=seed)
         plain.generate(prompts[0], min(8, max_new_tokens), seed=seed)
     spec_t, plain_t, spec_res, plain_res, spec_p, plain_p = [], [], [], [], [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        spec_res = [spec.generate(p, max_new_tokens, seed=seed + i) for i, p in enumerate(prompts)]
-        spec_t.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        plain_res = [plain.generate(p, max_new_tokens, seed=seed + i) for i, p in enumerate(prompts)]
-        plain_t.append(time.perf_counter() - t0)
+    for rep in range(repeats):
+        spec_res, plain_res, ts, tp = [], [], 0.0, 0.0
+        for i, p in enumerate(prompts):
+            for kind in (("spec", "plain") if (rep + i) % 2 == 0 else ("plain", "spec")):
+                t0 = time.perf_counter()
+                if kind == "spec":
+                    spec_res.append(spec.generate(p, max_new_tokens, seed=seed + i))
+                    ts += time.perf_counter() - t0
+                else:
+                    plain_res.append(plain.generate(p, max_new_tokens, seed=seed + i))
+                    tp += time.perf_counter() - t0
+        spec_t.append(ts)
+        plain_t.append(tp)
         spec_p.append([r.walltime_s for r in spec_res])
         plain_p.append([r.walltime_s for r in plain_res])
     return {"spec_walltimes_s": spec_t, "plain_walltimes_s": plain_t, "spec": spec_res, "plain": plain_res,
