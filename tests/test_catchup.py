@@ -98,3 +98,15 @@ def test_the_two_step_kernels_agree_with_catchup(cpu, kw):
     off = run_engine(wl, _costs(cfg.model_copy(update={"draft_catchup": False}))[0], acc, FixedPolicy(3), None,
                      cfg.replicas)
     assert a.step_dur_s.sum() > off.step_dur_s.sum()  # batched steps pay for the catching-up rows too
+
+
+def test_sweep_point_ids_do_not_move_for_configs_without_catchup():
+    """A sweep written before draft_catchup existed keeps its point ids (resumes without recomputing)."""
+    import json
+
+    from specsim.sweep_spec import canonical_json, point_id
+    cfg = make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.7)
+    assert "draft_catchup" not in json.loads(canonical_json(cfg))
+    on = cfg.model_copy(update={"draft_catchup": True})
+    assert json.loads(canonical_json(on))["draft_catchup"] is True and point_id(on) != point_id(cfg)
+    assert point_id(cfg) == point_id(make_config(**json.loads(canonical_json(cfg))))
