@@ -51,7 +51,6 @@ def run_pair(key: str, cfg: dict, args) -> dict:
     import torch
 
     from specsim import profiles
-    from specsim.calibrate import write_stack_toml
     from specsim.executor.fetch import cached_model_dir
     from specsim.executor.measure import hf_assisted
     from specsim.executor.record import load_prompts
@@ -105,12 +104,7 @@ def run_pair(key: str, cfg: dict, args) -> dict:
              "torch threads": torch.get_num_threads(), "script": "experiments/validate_cpu.py",
              "kernels": target.kernels,
              "pair": f"{target.name} <- {draft.name}"}
-    for fkey, suffix in (("fit", ""), ("fit_multi_row", "_multi_row")):
-        fit = res.pop(fkey)
-        path = RESULTS / f"cpu_stack_{key}{suffix}{tag}.toml"
-        fit.stack = fit.stack.model_copy(update={"name": path.stem})
-        write_stack_toml(path, fit, hw, extra)
-        res[f"stack_toml{suffix}"] = str(path.relative_to(ROOT))
+    write_stacks(res, key, tag, hw, extra)
     if use_hf:  # paired by round: ours and HF ran back to back
         ours = [r["ours_default_walltime_s"] for r in res["per_round"]]
         hf = [r["hf_walltime_s"] for r in res["per_round"]]
@@ -136,7 +130,6 @@ def _profile(name: str):
 def refit_pair(key: str, res: dict) -> dict:
     """`analyze_pair` on a saved run: same measurements, same trace, today's fits and engine."""
     from specsim import profiles
-    from specsim.calibrate import write_stack_toml
     from specsim.executor.validate import analyze_pair
     from specsim.traces import Trace
 
@@ -149,13 +142,19 @@ def refit_pair(key: str, res: dict) -> dict:
                        gamma=res["gamma"], max_new_tokens=res["max_new_tokens"], names=(res["target"], res["draft"]))
     extra = {"machine": res.get("machine", _cpu()), "script": "experiments/validate_cpu.py --refit",
              "pair": f"{res['target']} <- {res['draft']}", "measured": "the saved run of validate_cpu.json"}
+    write_stacks(new, key, "", hw, extra)
+    return {**res, **new}
+
+
+def write_stacks(res: dict, key: str, tag: str, hw, extra: dict) -> None:
+    """Pop the two fits out of `res`, write them as cpu_stack_<key>[_multi_row]<tag>.toml, note the paths."""
+    from specsim.calibrate import write_stack_toml
     for fkey, suffix in (("fit", ""), ("fit_multi_row", "_multi_row")):
-        fit = new.pop(fkey)
-        path = RESULTS / f"cpu_stack_{key}{suffix}.toml"
+        fit = res.pop(fkey)
+        path = RESULTS / f"cpu_stack_{key}{suffix}{tag}.toml"
         fit.stack = fit.stack.model_copy(update={"name": path.stem})
         write_stack_toml(path, fit, hw, extra)
-        new[f"stack_toml{suffix}"] = str(path.relative_to(ROOT))
-    return {**res, **new}
+        res[f"stack_toml{suffix}"] = str(path.relative_to(ROOT))
 
 
 def _cpu() -> str:
