@@ -2,8 +2,9 @@
 
 Pipeline (`validate_pair`):
 1. prefill times of both models at the prompts' lengths; then `repeats` rounds, each timing the pass-time grid of
-   both models (batch 1 on a CPU; `grid_pass_times` also times batches), a pass timed as the executor runs it
-   (see `grid_pass_times`), and then decoding every prompt speculatively (γ drafts every step,
+   both models before and after its decoding (batch 1 on a CPU; `grid_pass_times` also times batches), a pass
+   timed as the executor runs it (see `grid_pass_times`); the decoding runs every prompt speculatively (γ drafts
+   every step,
    `clip_gamma=False`, which is what the simulator does: the last step drafts a full γ and the output is
    truncated) and plainly, EOS ignored so every run emits exactly `max_new_tokens`. Interleaving the grid with
    the walltimes makes both see the same machine load; every figure is the median over rounds;
@@ -314,6 +315,9 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
         one = run_end_to_end(target, draft, prompts, gamma, max_new_tokens, sampling, 1, warmup if r == 0 else 0,
                              seed)
         e2e = one if e2e is None else {k: (e2e[k] + one[k]) if k.endswith("_s") else one[k] for k in one}
+        # the grids again, so that the table brackets the walltimes it predicts (the machine drifts by the minute)
+        t_runs.append(grid_pass_times(target, positions, contexts, repeats=grid_repeats, seed=seed))
+        d_runs.append(grid_pass_times(draft, d_pos, contexts, repeats=grid_repeats, seed=seed))
         if per_round is not None:
             rounds.append(per_round())
     t_rows, d_rows = _median_rows(t_runs), _median_rows(d_runs)
