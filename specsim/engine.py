@@ -169,7 +169,7 @@ class _Replica:
             self.ctx_sum += ctx0_l[i]
             if cross_l is not None:
                 self.cross_sum += cross_l[i]
-            tok = None if runs is None else runs.steps(i)  # tokens per step, the last one truncated
+            n_i, tok = (None, None) if runs is None else runs.get(i)  # tokens per step, the last one truncated
             s = owed if tok is None else tok.size
             if j + s > self.delta.size:
                 grow = max(self.delta.size, j + s)
@@ -181,7 +181,7 @@ class _Replica:
             else:
                 self.delta[j:j + s] += tok
                 if self.catch is not None and s > 1:
-                    self.catch[j + 1:j + s] += runs.get(i)[0][:-1] == self.G
+                    self.catch[j + 1:j + s] += n_i[:-1] == self.G
             fin = self.finish_at.get(j + s - 1)
             if fin is None:
                 self.finish_at[j + s - 1] = [i]
@@ -256,7 +256,8 @@ class _Replica:
             n = (U < acc.thresholds(G, bpos)).argmin(1)
             self.ucur += G
         tok = np.minimum(n + 1, self.rem)
-        self.clean = (n == gam) & (gam > 0)
+        if self.sim.catchup:
+            self.clean = (n == gam) & (gam > 0)
         if bpos is not None:
             self.bpos += tok
         self.rem -= tok

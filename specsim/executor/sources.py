@@ -153,9 +153,7 @@ class HFSource(Source):
         kwargs = {self._cache_kw: state, "use_cache": True}
         if self._keep_kw:
             kwargs["logits_to_keep"] = keep
-        if self.kernels != "row-gemm":
-            return self.model(input_ids=ids.to(self.device), **kwargs).logits[:, -keep:]
-        with row_gemm_scope():
+        with row_gemm_scope() if self.kernels == "row-gemm" else contextlib.nullcontext():
             return self.model(input_ids=ids.to(self.device), **kwargs).logits[:, -keep:]
 
     def length(self, state) -> int:
