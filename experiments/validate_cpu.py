@@ -35,9 +35,16 @@ PROMPTS = ROOT / "experiments" / "prompts" / "code_prompts.txt"
 PAIRS = {
     "qwen": {"target": "qwen2.5-coder-1.5b-instruct", "draft": "qwen2.5-coder-0.5b-instruct", "prompts": 3,
              "tokens": 32, "repeats": 3, "hf": True},
+    # the same pair at the γ the simulator picks for this CPU (3-position verification ~1.1x a one-token step, 4
+    # positions ~2x): a second measured point on the predicted speedup-vs-γ curve
+    "qwen_g2": {"target": "qwen2.5-coder-1.5b-instruct", "draft": "qwen2.5-coder-0.5b-instruct", "prompts": 3,
+                "tokens": 32, "repeats": 3, "hf": True, "gamma": 2},
     "smollm": {"target": "smollm2-135m-instruct", "draft": "bigram", "prompts": 6, "tokens": 48, "repeats": 3,
                "hf": False},
+    "smollm_g1": {"target": "smollm2-135m-instruct", "draft": "bigram", "prompts": 6, "tokens": 48, "repeats": 3,
+                  "hf": False, "gamma": 1},
 }
+GAMMAS = (1, 2, 3, 4, 5, 6)  # predicted for every pair from its trace and costs (the γ table and figure)
 
 
 def wait_quiet(max_load: float, wait_s: float) -> float:
@@ -79,7 +86,8 @@ def run_pair(key: str, cfg: dict, args) -> dict:
     greedy = SamplingConfig(temperature=0.0)
     use_hf = cfg["hf"] and not args.no_hf
 
-    ours_default = SpeculativeDecoder(target, draft, args.gamma, greedy, timing=False)  # clips γ at the end, as HF
+    gamma = cfg.get("gamma") or args.gamma
+    ours_default = SpeculativeDecoder(target, draft, gamma, greedy, timing=False)  # clips γ at the end, as HF
 
     def hf_round():
         """Our executor as shipped (γ clipped on the last step, like HF) and then HF's assisted generation, back
@@ -88,13 +96,13 @@ def run_pair(key: str, cfg: dict, args) -> dict:
         for i, p in enumerate(prompts):
             ours_default.generate(p, cfg["tokens"], seed=i)
         ours = time.perf_counter() - t0
-        h = hf_assisted(target, draft, prompts, args.gamma, cfg["tokens"], greedy, seed=0, repeats=1, warmup=0)
+        h = hf_assisted(target, draft, prompts, gamma, cfg["tokens"], greedy, seed=0, repeats=1, warmup=0)
         return {"ours_default_walltime_s": ours, "hf_walltime_s": h["walltime_s"], "hf_new_tokens": h["new_tokens"]}
 
     res = validate_pair(target, draft, prompts, hardware=hw, target_profile=profile_of_source(str(tdir), target),
-                        draft_profile=dprof, gamma=args.gamma, max_new_tokens=cfg["tokens"], sampling=greedy,
+                        draft_profile=dprof, gamma=gamma, max_new_tokens=cfg["tokens"], sampling=greedy,
                         repeats=cfg["repeats"], warmup=1, seed=0, grid_repeats=args.grid_repeats,
-                        positions=args.positions, per_round=hf_round if use_hf else None,
+                        positions=args.positions, per_round=hf_round if use_hf else None, gammas=GAMMAS,
                         log=lambda m: print(m, flush=True))
     trace = res.pop("trace")
     tag = "_quick" if args.quick else ""
@@ -139,7 +147,8 @@ def refit_pair(key: str, res: dict) -> dict:
     new = analyze_pair(res["grid"], res["executor"], trace, res["prompt_lens"], hardware=hw,
                        target_profile=_profile(cfg["target"]),
                        draft_profile=None if cfg["draft"] == "bigram" else _profile(cfg["draft"]),
-                       gamma=res["gamma"], max_new_tokens=res["max_new_tokens"], names=(res["target"], res["draft"]))
+                       gamma=res["gamma"], max_new_tokens=res["max_new_tokens"], names=(res["target"], res["draft"]),
+                       gammas=GAMMAS)
     extra = {"machine": res.get("machine", _cpu()), "script": "experiments/validate_cpu.py --refit",
              "pair": f"{res['target']} <- {res['draft']}", "measured": "the saved run of validate_cpu.json"}
     write_stacks(new, key, "", hw, extra)
@@ -248,6 +257,7 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
                        f"draft pass costs {ratio:.2f}x a 1-position one here. The replay prices it "
                        "(`StepCosts(draft_catchup=True)`); without that the simulated draft time would be about "
                        f"{100 * clean * (ratio - 1) / res['gamma']:.0f}% low.")
+        out += gamma_lines(res)
         if "ours_over_hf" in res:
             out.append(f"\nHF assisted generation (same γ, constant schedule, greedy, same prompts): median "
                        f"{res['hf_walltime_s']:.2f} s vs our executor as shipped (γ clipped at the end like HF) "
@@ -265,19 +275,77 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def gamma_lines(res: dict) -> list[str]:
+    """The replayed speedup at every γ of GAMMAS in each mode, the closed form beside it."""
+    sw = {m: {r["gamma"]: r for r in res[m].get("gamma_sweep", [])} for m in MODES}
+    if not sw["measured"]:
+        return []
+    best = {m: max(sw[m], key=lambda g: sw[m][g]["speedup"]) for m in MODES}
+    out = ["", (f"Predicted speedup by γ (the same β trace replayed at each γ with this run's costs; measured at "
+                f"γ = {res['gamma']}: **{res['executor']['speedup']:.3f}**). Closed form: eq. (5) at the trace's α "
+                "with c = draft / target one-token step from the measured table, a verification priced as one "
+                "target step. Best γ: " + ", ".join(f"{m} {best[m]}" for m in MODES) + "."), "",
+           "| γ | " + " | ".join(MODES) + " | verify / plain step (measured) | closed form |",
+           "|---" * (len(MODES) + 3) + "|"]
+    for g in sorted(sw["measured"]):
+        m = sw["measured"][g]
+        out.append(f"| {g}{' (run)' if g == res['gamma'] else ''} | "
+                   + " | ".join(f"{sw[k][g]['speedup']:.3f}" for k in MODES)
+                   + f" | {m['verify_over_plain']:.2f} | {m['closed_form_speedup']:.3f} |")
+    return out
+
+
+def plot_gammas(results: dict, path: Path) -> Path | None:
+    """Predicted speedup vs γ per pair (lines: modes and the closed form), the measured runs as points."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs: dict = {}
+    for res in results.values():
+        if res["measured"].get("gamma_sweep"):
+            pairs.setdefault((res["target"], res["draft"]), []).append(res)
+    if not pairs:
+        return None
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 3.8), squeeze=False)
+    for ax, ((tname, dname), runs) in zip(axes[0], pairs.items()):
+        ref = runs[0]
+        for mode, style in zip(MODES, ("C0:", "C1--", "C2-")):
+            sw = ref[mode]["gamma_sweep"]
+            ax.plot([r["gamma"] for r in sw], [r["speedup"] for r in sw], style, marker=".",
+                    label=f"{mode} (table)" if mode == "measured" else mode)
+        sw = ref["measured"]["gamma_sweep"]
+        ax.plot([r["gamma"] for r in sw], [r["closed_form_speedup"] for r in sw], "C7-.", label="closed form (5)")
+        for res in runs:
+            ax.plot([res["gamma"]], [res["executor"]["speedup"]], "kD", ms=7,
+                    label="measured run" if res is runs[0] else None)
+        ax.axhline(1.0, color="0.6", lw=0.8)
+        ax.set(title=f"{tname}\n<- {dname}", xlabel="γ (draft tokens per step)", ylabel="speedup over plain decoding")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _write(results: dict, rows: list[dict], started: str, suffix: str) -> None:
     with (RESULTS / f"validate_cpu{suffix}.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    (RESULTS / f"validate_cpu{suffix}.md").write_text(markdown(results, rows, started))
+    md = markdown(results, rows, started)
+    fig = plot_gammas(results, RESULTS / f"validate_cpu_gamma{suffix}.png")
+    if fig is not None:
+        md += f"\n![predicted speedup by γ]({fig.name})\n"
+    (RESULTS / f"validate_cpu{suffix}.md").write_text(md)
     print((RESULTS / f"validate_cpu{suffix}.md").read_text())
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pairs", default="qwen,smollm")
-    ap.add_argument("--gamma", type=int, default=3)
+    ap.add_argument("--pairs", default="qwen,qwen_g2,smollm,smollm_g1")
+    ap.add_argument("--gamma", type=int, default=3, help="γ of the pairs that do not set their own")
     ap.add_argument("--grid-repeats", type=int, default=1, help="passes per grid point per round")
     ap.add_argument("--positions", default="1,2,3,4,6,8,16,32,64")
     ap.add_argument("--no-hf", action="store_true")

@@ -24,7 +24,8 @@ transformers = pytest.importorskip("transformers")
 from specsim.executor.record import record_trace
 from specsim.executor.sampling import SamplingConfig
 from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
-from specsim.executor.validate import grid_pass_times, predict_replay, replay_matches, shifted_trace, validate_pair
+from specsim.executor.validate import (grid_pass_times, predict_gammas, predict_replay, replay_matches, shifted_trace,
+                                      validate_pair)
 
 from tiny_models import one_thread, tiny_pair as _tiny_pair  # noqa: E402,F401  (tests/ is on sys.path)
 
@@ -139,6 +140,30 @@ def test_measured_table_sampled_from_a_cost_model_reproduces_its_simulation():
     assert mt.pass_cost(1, 1, 40).bytes == ct.pass_cost(1, 1, 40).bytes  # MBU inputs from the profile's roofline
 
 
+def test_gamma_sweep_is_the_replay_at_each_gamma_with_the_closed_form_beside_it():
+    """predict_gammas(γ) is predict_replay at that γ; the closed form is eq. (5) at the trace's α and c = draft /
+    target one-token step; verify_over_plain reads the target table at γ + 1 positions."""
+    from specsim import theory
+    from specsim.traces import Trace
+    rows = [{"positions": p, "context": c, "time_s": 0.1 * (1 + (p >= 4))} for p in (1, 2, 3, 4, 8) for c in (0, 64)]
+    tc, dc = MeasuredCosts(rows), _flat_costs(0.01)
+    g = np.random.default_rng(3)
+    lens, n_new = [6, 9, 4], 30
+    trace = Trace.from_sequences([(g.random(n_new + 6) < 0.8).astype(float) for _ in lens])
+    sweep = predict_gammas(trace, lens, n_new, (1, 2, 3, 4), tc, dc)
+    assert [r["gamma"] for r in sweep] == [1, 2, 3, 4]
+    for r in sweep:
+        one = predict_replay(trace, lens, n_new, r["gamma"], tc, dc)
+        assert r["speedup"] == one["speedup"] and r["tokens_per_target_run"] == one["tokens_per_target_run"]
+        assert r["c"] == pytest.approx(0.1)  # 0.01 / 0.1
+        assert r["closed_form_speedup"] == pytest.approx(float(theory.speedup(trace.alpha, r["gamma"], 0.1)))
+        assert r["verify_over_plain"] == pytest.approx(2.0 if r["gamma"] >= 3 else 1.0)
+    # the table's jump at 4 positions: γ = 2 beats γ = 3 in the replay, while the closed form (verification = one
+    # step) keeps rising
+    by = {r["gamma"]: r for r in sweep}
+    assert by[2]["speedup"] > by[3]["speedup"] and by[3]["closed_form_speedup"] > by[2]["closed_form_speedup"]
+
+
 def test_grid_interpolates_and_extrapolates_linearly():
     rows = [{"batch": b, "positions": p, "context": c, "time_s": 1 + 2 * b + 3 * p + 0.01 * c}
             for b in (1, 4) for p in (1, 2, 8) for c in (0, 100)]
@@ -185,8 +210,11 @@ def test_validate_pair_report(pair):
                              vocab_size=V, dtype="fp32")
     res = validate_pair(target, draft, _prompts(3), hardware=prof.hardware("cpu-2core"), target_profile=tiny,
                         draft_profile=tiny, gamma=3, max_new_tokens=12, repeats=1, warmup=1, positions=(1, 4, 8),
-                        grid_repeats=1, log=lambda *a: None)
+                        grid_repeats=1, gammas=(1, 5), log=lambda *a: None)
+    # the trace covers the longest γ predicted, not only the run's
+    assert all(len(seq) >= 12 + 5 for seq in res["trace"].sequences())
     for mode in ("calibrated", "calibrated_multi_row", "measured"):
+        assert [r["gamma"] for r in res[mode]["gamma_sweep"]] == [1, 5]
         assert res[mode]["replay"]["all_identical"]
         cmp_ = res[mode]["compare"]
         assert cmp_["tokens_per_target_run"]["error_pct"] == pytest.approx(0.0, abs=1e-9)
@@ -238,7 +266,8 @@ def test_cli_validate_json(tmp_path, capsys):
     prompts.write_text("def add(a, b):\nclass Stack:\n")
     trace = tmp_path / "t.csv"
     rc = main(["validate", "--target", "profile:llama-68m:layers=1", "--draft", "bigram", "--prompts", str(prompts),
-               "--gamma", "2", "--max-new-tokens", "5", "--repeats", "1", "--trace-out", str(trace), "--json"])
+               "--gamma", "2", "--max-new-tokens", "5", "--repeats", "1", "--trace-out", str(trace),
+               "--predict-gammas", "1-3", "--json"])
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
     assert res["measured"]["replay"]["all_identical"] and res["calibrated"]["replay"]["all_identical"]
@@ -246,6 +275,17 @@ def test_cli_validate_json(tmp_path, capsys):
                                                  "speedup"}
     assert res["trace_out"] == str(trace) and trace.is_file()
     assert res["calibration"]["holdout_error"]["n"] >= 1
+    assert [r["gamma"] for r in res["measured"]["gamma_sweep"]] == [1, 2, 3]
+    at_run = res["measured"]["gamma_sweep"][1]
+    assert at_run["speedup"] == res["measured"]["compare"]["speedup"]["predicted"]
+
+
+def test_cli_predict_gammas_parsing():
+    from specsim.cli.validate import _gamma_list
+    assert _gamma_list("") == [] and _gamma_list("1-3") == [1, 2, 3] and _gamma_list("4, 1,2-3,2") == [1, 2, 3, 4]
+    for bad in ("0-2", "a", "1-65", "2-x"):
+        with pytest.raises(ConfigError, match="--predict-gammas"):
+            _gamma_list(bad)
 
 
 def test_cli_validate_bad_input_is_one_line(tmp_path, capsys):

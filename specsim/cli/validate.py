@@ -134,6 +134,8 @@ def validate_cmd(
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
     kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
     seed: int = typer.Option(0, "--seed"),
+    predict_gammas: str = typer.Option("", "--predict-gammas", help="also predict these γ from the same trace and "
+                                       "costs, e.g. 1-6 or 1,2,4 (the closed form beside each)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Run speculative and plain decoding for real, replay the recorded trace through the engine, compare."""
@@ -143,6 +145,7 @@ def validate_cmd(
     from specsim.errors import check_range
     from specsim.executor.validate import profile_of_source, validate_pair
     check_range("temperature", temperature, lo=0, hi=100)
+    gammas = _gamma_list(predict_gammas)
     hw = profiles.hardware(hardware)
     st = profiles.load_stack(stack) if stack else None
     tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
@@ -150,7 +153,7 @@ def validate_cmd(
     res = validate_pair(tgt, dft, prompt_ids, hardware=hw, target_profile=profile_of_source(target, tgt),
                         draft_profile=profile_of_source(draft, dft), gamma=gamma, max_new_tokens=max_new_tokens,
                         sampling=_sampling(temperature, None, None), repeats=repeats, seed=seed, stack=st,
-                        log=_log(json_out))
+                        gammas=gammas, log=_log(json_out))
     trace = res.pop("trace")
     res.pop("fit")
     res.pop("fit_multi_row")
@@ -167,6 +170,28 @@ def validate_cmd(
               ["quantity", "measured", "predicted", "error_pct"],
               [[k, v["measured"], v["predicted"], v["error_pct"]] for k, v in cmp_.items()],
               caption=f"replay: {res[mode]['replay']['steps_agreeing']}/{res[mode]['replay']['steps']} steps agree")
+    if gammas:
+        modes = [m for m in ("calibrated", "calibrated_multi_row", "measured") if m in res]
+        sw = {m: {r["gamma"]: r for r in res[m]["gamma_sweep"]} for m in modes}
+        table(f"predicted speedup by γ (same trace and costs; measured at γ = {gamma}: "
+              f"{res['executor']['speedup']:.3f})", ["gamma", *modes, "closed_form_eq5"],
+              [[g, *[sw[m][g]["speedup"] for m in modes], sw[modes[-1]][g]["closed_form_speedup"]] for g in gammas])
+
+
+def _gamma_list(text: str) -> list[int]:
+    """'1-6' or '1,2,4' → sorted distinct γ in 1..64; a clear error otherwise."""
+    from specsim.errors import ConfigError
+    out: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise ConfigError("expected γ values like 1-6 or 1,2,4", field="--predict-gammas", value=text,
+                          allowed="integers 1..64") from None
+    if out and not (min(out) >= 1 and max(out) <= 64):
+        raise ConfigError("γ out of range", field="--predict-gammas", value=text, allowed="integers 1..64")
+    return sorted(out)
 
 
 def register(app: typer.Typer) -> None:

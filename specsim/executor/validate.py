@@ -227,6 +227,22 @@ def predict_replay(trace, prompt_lens: Sequence[int], max_new_tokens: int, gamma
             "plain_step_s": target_costs.pass_time_s(1, 1, L), "mean_context": L}
 
 
+def predict_gammas(trace, prompt_lens: Sequence[int], max_new_tokens: int, gammas: Sequence[int], target_costs,
+                   draft_costs, seed: int = 0) -> list[dict]:
+    """The replay at other γ ≥ 1 (a β trace does not depend on γ), with eq. (5)'s closed form beside it (c = draft
+    over target one-token step at the mean context; the closed form prices a verification as one target step)."""
+    from specsim.theory import speedup as closed_form
+
+    out = []
+    for g in gammas:
+        p = predict_replay(trace, prompt_lens, max_new_tokens, int(g), target_costs, draft_costs, seed)
+        c = draft_costs.pass_time_s(1, 1, p["mean_context"]) / p["plain_step_s"]
+        out.append({"gamma": int(g), "speedup": p["speedup"], "tokens_per_target_run": p["tokens_per_target_run"],
+                    "verify_over_plain": p["verify_pass_s"] / p["plain_step_s"], "c": c,
+                    "closed_form_speedup": float(closed_form(trace.alpha, int(g), c))})
+    return out
+
+
 def replay_matches(measured_accepted: Sequence[Sequence[int]], predicted_accepted: Sequence[Sequence[int]]) -> dict:
     """Step-for-step comparison of accepted counts per prompt."""
     same = [list(a) == list(b) for a, b in zip(measured_accepted, predicted_accepted)]
@@ -283,7 +299,7 @@ def _median_rows(runs: list[list[dict]]) -> list[dict]:
 def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_profile=None, gamma: int = 3,
                   max_new_tokens: int = 32, sampling=None, repeats: int = 2, warmup: int = 1, seed: int = 0,
                   positions: Sequence[int] = (1, 2, 3, 4, 6, 8, 16, 32, 64), contexts: Sequence[int] | None = None,
-                  grid_repeats: int = 1, stack=None, per_round=None, log=print) -> dict:
+                  grid_repeats: int = 1, stack=None, per_round=None, gammas: Sequence[int] = (), log=print) -> dict:
     """The whole validation for one pair (see the module docstring).
 
     Cost modes compared: `calibrated` (a StackProfile fitted to the grid, or `stack` if given), `calibrated_multi_row`
@@ -323,12 +339,13 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
     t_rows, d_rows = _median_rows(t_runs), _median_rows(d_runs)
     t_pre, d_pre = _median_rows(tp_runs), _median_rows(dp_runs)
     log(f"[validate] recording the β trace ({time.perf_counter() - t0:.0f} s so far)")
-    trace = record_trace(target, draft, prompts, max_new_tokens + gamma, sampling, seed=seed, task="validate")
+    trace = record_trace(target, draft, prompts, max_new_tokens + max([gamma, *gammas]), sampling, seed=seed,
+                         task="validate")
     measured = _measured_summary(e2e, gamma, max_new_tokens, prompt_lens)
     out = analyze_pair({"target": t_rows, "draft": d_rows, "target_prefill": t_pre, "draft_prefill": d_pre},
                        measured, trace, prompt_lens, hardware=hardware, target_profile=target_profile,
                        draft_profile=draft_profile, gamma=gamma, max_new_tokens=max_new_tokens, stack=stack,
-                       seed=seed, names=(target.name, draft.name))
+                       seed=seed, names=(target.name, draft.name), gammas=gammas)
     out.update({"temperature": sampling.temperature, "prompts": len(prompts), "per_round": rounds})
     out["trace"] = trace  # not JSON: callers pop it (to write the trace), as "fit" and "fit_multi_row"
     out["elapsed_s"] = time.perf_counter() - t0
@@ -337,12 +354,13 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
 
 def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], *, hardware, target_profile,
                  draft_profile=None, gamma: int, max_new_tokens: int, stack=None, seed: int = 0,
-                 names: tuple[str, str] = ("target", "draft")) -> dict:
+                 names: tuple[str, str] = ("target", "draft"), gammas: Sequence[int] = ()) -> dict:
     """Fit the stacks to the measured grid and predict the measured run in every cost mode (`validate_pair`'s
     second half; also runs on saved measurements, so a better cost model can be scored on the same run).
 
     grid: {"target", "draft", "target_prefill", "draft_prefill"} rows (median over rounds); measured:
-    `_measured_summary`; trace: the β trace recorded on the same prompts (one sequence per prompt)."""
+    `_measured_summary`; trace: the β trace recorded on the same prompts (one sequence per prompt); gammas: also
+    predict these γ (`predict_gammas`, in each mode's "gamma_sweep")."""
     from specsim.calibrate import fit_stack, points_from_rows
     from specsim.costs import CostModel
     from specsim.measured import MeasuredCosts
@@ -374,6 +392,7 @@ def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], 
         out[mode] = {"predicted": {k: v for k, v in pred.items() if k != "accepted"},
                      "predicted_accepted": pred["accepted"], "compare": compare(measured, pred),
                      "prompt_speedup_error_pct": errs,
-                     "replay": replay_matches(measured["accepted"], pred["accepted"])}
+                     "replay": replay_matches(measured["accepted"], pred["accepted"]),
+                     "gamma_sweep": predict_gammas(trace, prompt_lens, max_new_tokens, gammas, tc, dc, seed)}
     out["fit"], out["fit_multi_row"] = fit, fit2  # not JSON: callers pop them (to write the stack TOMLs)
     return out
