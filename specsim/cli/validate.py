@@ -16,14 +16,19 @@ from specsim.cli.output import emit_json, table
 from specsim.errors import ConfigError
 
 
-def _ints(text: str, field: str, lo: int = 1) -> list[int]:
+def _ints(text: str, field: str, lo: int = 1, hi: int | None = None) -> list[int]:
+    """'1,2,4' or ranges like '1-6' → sorted distinct integers in [lo, hi]; a clear error otherwise."""
+    vals: set[int] = set()
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            a, _, b = part.partition("-")
+            vals.update(range(int(a), int(b or a) + 1))
     except ValueError:
-        raise ConfigError("must be comma-separated integers", field=field, value=text) from None
-    if not vals or min(vals) < lo:
-        raise ConfigError(f"values must be >= {lo}", field=field, value=text)
-    return sorted(set(vals))
+        raise ConfigError("must be comma-separated integers (or ranges like 1-6)", field=field, value=text) from None
+    if not vals or min(vals) < lo or (hi is not None and max(vals) > hi):
+        raise ConfigError(f"values must be >= {lo}" + (f" and <= {hi}" if hi is not None else ""), field=field,
+                          value=text)
+    return sorted(vals)
 
 
 def _log(json_out: bool):
@@ -179,19 +184,8 @@ def validate_cmd(
 
 
 def _gamma_list(text: str) -> list[int]:
-    """'1-6' or '1,2,4' → sorted distinct γ in 1..64; a clear error otherwise."""
-    from specsim.errors import ConfigError
-    out: set[int] = set()
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise ConfigError("expected γ values like 1-6 or 1,2,4", field="--predict-gammas", value=text,
-                          allowed="integers 1..64") from None
-    if out and not (min(out) >= 1 and max(out) <= 64):
-        raise ConfigError("γ out of range", field="--predict-gammas", value=text, allowed="integers 1..64")
-    return sorted(out)
+    """--predict-gammas: '' (none), '1-6' or '1,2,4' → sorted distinct γ in 1..64."""
+    return _ints(text, "--predict-gammas", 1, 64) if text.strip() else []
 
 
 def register(app: typer.Typer) -> None:
