@@ -156,10 +156,10 @@ def refit_pair(key: str, res: dict) -> dict:
 
 
 def write_stacks(res: dict, key: str, tag: str, hw, extra: dict) -> None:
-    """Pop the two fits out of `res`, write them as cpu_stack_<key>[_multi_row]<tag>.toml, note the paths."""
+    """Pop the fits out of `res`, write them as cpu_stack_<key>[_multi_row|_serial]<tag>.toml, note the paths."""
     from specsim.calibrate import write_stack_toml
-    for fkey, suffix in (("fit", ""), ("fit_multi_row", "_multi_row")):
-        fit = res.pop(fkey)
+    for mode, fit in res.pop("fits").items():
+        suffix = mode.removeprefix("calibrated")
         path = RESULTS / f"cpu_stack_{key}{suffix}{tag}.toml"
         fit.stack = fit.stack.model_copy(update={"name": path.stem})
         write_stack_toml(path, fit, hw, extra)
@@ -174,7 +174,7 @@ def _cpu() -> str:
         return "cpu"
 
 
-MODES = ("calibrated", "calibrated_multi_row", "measured")
+from specsim.executor.validate import MODES  # noqa: E402  calibrated, calibrated_multi_row, _serial, measured
 
 
 def rows_of(key: str, res: dict) -> list[dict]:
@@ -204,7 +204,9 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
            f"from `experiments/prompts/code_prompts.txt`, EOS ignored, no γ clipping at the end). "
            "Calibrated = roofline cost model with a cpu stack fitted to this run's pass-time grid (today's "
            "StackProfile: one bandwidth fraction); calibrated_multi_row = the same plus a separate bandwidth fraction "
-           "for passes of at least R rows, R fitted too (`specsim.calibrate.RowAwareCostModel`); measured = the grid "
+           "for passes of at least R rows, R fitted too (`specsim.calibrate.RowAwareCostModel`); calibrated_serial = "
+           "that with the memory and compute times added instead of overlapped (`StackProfile.overlap = \"sum\"`: "
+           "eager CPU kernels stream a weight block, then multiply it); measured = the grid "
            "interpolated (`specsim.measured.MeasuredCosts`). All replay the β trace recorded on the same prompts "
            "through the SimPy engine."), ""]
     for key, res in results.items():
@@ -217,9 +219,9 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
                 f" s, plain {[round(x, 2) for x in ex['plain_walltimes_s']]} s."), ""]
         out += [f"Measured speedup per round (spec and plain back to back): "
                 f"{[round(x, 3) for x in ex['round_speedups']]}.", ""]
-        for ckey, tkey, label in (("calibration", "stack_toml", "calibrated"),
-                                  ("calibration_multi_row", "stack_toml_multi_row", "calibrated_multi_row")):
-            cal = res[ckey]
+        for label in MODES[:-1]:
+            suffix = label.removeprefix("calibrated")
+            cal, tkey = res["calibration" + suffix], "stack_toml" + suffix
             s = cal["stack"]
             multi = cal.get("multi_row_bandwidth_fraction")
             out.append(f"Stack for {label} (`{res[tkey]}`), fitted to the whole grid (P = "
@@ -228,6 +230,7 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
                        f"{s['bandwidth_fraction']:.3f}"
                        + (f", multi-row bandwidth_fraction {multi:.3f} from {cal.get('multi_row_min_rows') or 2} "
                           "rows" if multi else "")
+                       + (", memory and compute times added" if s.get("overlap") == "sum" else "")
                        + f", compute_fraction {s['compute_fraction']:.3f}, per_call "
                        f"{s['per_call_overhead_s'] * 1e3:.2f} ms, per_layer {s['per_layer_overhead_s'] * 1e3:.3f} ms; "
                        f"fit median |err| {cal['fit_error']['median_abs_pct']:.1f}% ({cal['fit_error']['n']} points), "

@@ -23,6 +23,11 @@ measured): on this project's 2-core CPUs eager fp32 PyTorch streams weights at a
 products (verification) that it reaches in matrix-vector products (one-token steps), which one fraction cannot
 describe, and where the BLAS switches kernels depends on the CPU (R = 2 on an AMD EPYC, 4 on an Intel Xeon; see
 experiments/results/validate_cpu.md).
+
+`overlap="sum"` fits time = bytes / (f_bw · BW) + FLOPs / (f_c · peak) + o_call + L · o_layer instead (the stack's
+`overlap`): eager fp32 PyTorch on a CPU streams a block of weights and then multiplies it, so the two times add up
+rather than hide each other; the fit is then one bounded linear least-squares problem, with no sides to assign.
+On the validate_cpu grids it halves the error of small-P passes against the max() form (validate_cpu.md).
 """
 
 from __future__ import annotations
@@ -99,8 +104,9 @@ def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fractio
     R = multi_row_min_rows or stack.multi_row_min_rows
     multi = multi_row_bandwidth_fraction or stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
     f_bw = np.where(terms.rows >= R, multi, stack.bandwidth_fraction)
-    return (np.maximum(terms.memory_s / f_bw, terms.compute_s / stack.compute_fraction)
-            + stack.per_call_overhead_s + stack.per_layer_overhead_s * terms.layers)
+    mem, cmp_ = terms.memory_s / f_bw, terms.compute_s / stack.compute_fraction
+    run = np.maximum(mem, cmp_) if stack.overlap == "max" else mem + cmp_
+    return run + stack.per_call_overhead_s + stack.per_layer_overhead_s * terms.layers
 
 
 class RowAwareCostModel(CostModel):
@@ -178,10 +184,13 @@ def _unpack(x, n_cls: int, merged: bool):
     return a, b, oc, ol
 
 
-def _solve(mem_side: np.ndarray, cls: np.ndarray, n_cls: int, T: Terms, merged: bool) -> np.ndarray:
-    """Bounded linear least squares (relative residuals) for one assignment of points to roofline sides."""
+def _solve(mem_side: np.ndarray, cls: np.ndarray, n_cls: int, T: Terms, merged: bool,
+           overlap: str = "max") -> np.ndarray:
+    """Bounded linear least squares (relative residuals) for one assignment of points to roofline sides
+    (overlap "sum": every point pays both sides)."""
+    cmp_side = ~mem_side if overlap == "max" else np.ones_like(mem_side)
     cols = [np.where(mem_side & (cls == k), T.memory_s, 0.0) for k in range(n_cls)]
-    cols += [np.where(mem_side, 0.0, T.compute_s), np.ones_like(T.time_s)]
+    cols += [np.where(cmp_side, T.compute_s, 0.0), np.ones_like(T.time_s)]
     if not merged:
         cols.append(T.layers)
     A = np.column_stack(cols) / T.time_s[:, None]
@@ -195,13 +204,16 @@ def _sides(x, cls, n_cls, T: Terms, merged: bool) -> np.ndarray:
     return a[cls] * T.memory_s >= b * T.compute_s
 
 
-def _loss(x, cls, n_cls, T: Terms, merged: bool) -> float:
+def _loss(x, cls, n_cls, T: Terms, merged: bool, overlap: str = "max") -> float:
     a, b, oc, ol = _unpack(x, n_cls, merged)
-    pred = np.maximum(a[cls] * T.memory_s, b * T.compute_s) + oc + ol * T.layers
+    mem, cmp_ = a[cls] * T.memory_s, b * T.compute_s
+    pred = (np.maximum(mem, cmp_) if overlap == "max" else mem + cmp_) + oc + ol * T.layers
     return float(np.sum((pred / T.time_s - 1.0) ** 2))
 
 
-def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool) -> np.ndarray:
+def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool, overlap: str = "max") -> np.ndarray:
+    if overlap == "sum":  # linear in the parameters: one solve
+        return _solve(np.ones(len(T.time_s), bool), cls, n_cls, T, merged, "sum")
     ratio = T.compute_s / T.memory_s
     starts = [ratio <= 0, ratio >= 0]  # everything memory-bound / everything compute-bound
     for k in np.geomspace(1.0, 1e3, 13):  # compute side when b·C > a·M, for b/a = k
@@ -224,14 +236,18 @@ def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool) -> np.ndarr
 
 def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str = "calibrated",
               holdout_every: int = 4, base: StackProfile | None = None, description: str = "",
-              multi_row: bool = False) -> FitResult:
+              multi_row: bool = False, overlap: str = "max") -> FitResult:
     """Fit f_bw, f_c, o_call, o_layer to `points`; every `holdout_every`-th point is held out (0 = none).
+
+    overlap: "max" (the roofline) or "sum" (memory and compute times add; see the module docstring).
 
     multi_row: also fit a separate bandwidth fraction for passes of at least R rows (B·P ≥ R) and R (2..8, the fit
     with the least loss on the fitted points; the smallest R on a tie); see `RowAwareCostModel`. Not identified
     (and then equal to f_bw) when no multi-row point is memory-bound."""
     if len(points) < 3:
         raise ConfigError("calibration needs at least 3 measured passes", field="points", value=len(points))
+    if overlap not in ("max", "sum"):
+        raise ConfigError("unknown overlap", field="overlap", value=overlap, allowed="max | sum")
     base = base or IDEAL_STACK
     T_all = roofline_terms(points, hardware)
     idx = np.arange(len(points))
@@ -252,12 +268,12 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
             c = (T.rows >= r).astype(int)
             if r > 2 and (not c.any() or c.all()):
                 continue
-            xr = _fit_params(T, c, n_cls, merged)
-            loss = _loss(xr, c, n_cls, T, merged)
+            xr = _fit_params(T, c, n_cls, merged, overlap)
+            loss = _loss(xr, c, n_cls, T, merged, overlap)
             if loss < best * (1 - 1e-9):
                 best, x, R, cls = loss, xr, r, c
     else:
-        x = _fit_params(T, cls, n_cls, merged)
+        x = _fit_params(T, cls, n_cls, merged, overlap)
     a, b, oc, ol = _unpack(x, n_cls, merged)
     a, b = [float(v) for v in a], float(b)
     if merged:
@@ -267,8 +283,10 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
         oc, ol = total * share, total * (1 - share) / L
     else:
         oc, ol = float(oc), float(ol)
-    mem_side = np.array(a)[cls] * T.memory_s >= b * T.compute_s
-    ident = {"bandwidth_fraction": bool((mem_side & (cls == 0)).any()), "compute_fraction": bool((~mem_side).any()),
+    # with overlap "sum" every point pays both times, so both fractions are in play wherever they are
+    mem_side = (np.array(a)[cls] * T.memory_s >= b * T.compute_s) | (overlap == "sum")
+    cmp_any = bool((~mem_side).any()) or overlap == "sum"
+    ident = {"bandwidth_fraction": bool((mem_side & (cls == 0)).any()), "compute_fraction": cmp_any,
              "overhead_split": not merged}
     if multi_row:
         ident["multi_row_bandwidth_fraction"] = bool((mem_side & (cls == 1)).any())
@@ -286,7 +304,7 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     stack = StackProfile(name=name, description=description or f"calibrated on {hardware.name}",
                          bandwidth_fraction=min(1.0, 1.0 / a[0]), compute_fraction=min(1.0, 1.0 / b),
                          per_call_overhead_s=min(oc, 10.0), per_layer_overhead_s=min(ol, 1.0), provenance=prov,
-                         multi_row_min_rows=R)
+                         multi_row_min_rows=R, overlap=overlap)
     multi = min(1.0, 1.0 / a[1]) if multi_row else None
     pred = predict_times(stack, T_all, multi)
     return FitResult(stack=stack, fit_error=error_stats(pred[fit_i], T_all.time_s[fit_i]),
@@ -327,8 +345,10 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
     """A stack profile TOML that `specsim.profiles.load_stack` reads, with provenance as comments."""
     path = Path(path)
     s = fit.stack
-    head = [("Stack profile fitted by `specsim calibrate` (specsim/calibrate.py): time = max(bytes/(f_bw*BW), "
-             "FLOPs/(f_c*peak)) + o_call + layers*o_layer"
+    run = ("max(bytes/(f_bw*BW), FLOPs/(f_c*peak))" if s.overlap == "max" else
+           "bytes/(f_bw*BW) + FLOPs/(f_c*peak)")
+    head = [(f"Stack profile fitted by `specsim calibrate` (specsim/calibrate.py): time = {run} + o_call + "
+             "layers*o_layer"
              + (f"; passes of B*P >= {fit.stack.multi_row_min_rows} rows use multi_row_bandwidth_fraction for f_bw"
                 if fit.multi_row_bandwidth_fraction is not None else ""))]
     head += provenance_lines(fit, hardware, extra)
@@ -344,6 +364,8 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
     if fit.multi_row_bandwidth_fraction is not None:
         body.insert(3, f"multi_row_bandwidth_fraction = {fit.multi_row_bandwidth_fraction!r}")
         body.insert(4, f"multi_row_min_rows = {fit.stack.multi_row_min_rows}")
+    if s.overlap != "max":
+        body.insert(len(body) - 1, f"overlap = {json.dumps(s.overlap)}")
     text = "".join(f"# {ln.replace(chr(10), ' ')}\n" for ln in head) + "\n".join(body) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

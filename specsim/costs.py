@@ -2,7 +2,8 @@
 
 A pass is (batch B, new positions per sequence P, cached context L). Idealized mode is the seed's
 picture, max(bytes / bandwidth, FLOPs / peak); calibrated mode applies the software stack's
-achievable fractions and its fixed per-call and per-layer costs; measured mode (see
+achievable fractions and its fixed per-call and per-layer costs (and, for a stack whose `overlap` is "sum",
+adds the memory and compute times instead of taking the larger); measured mode (see
 `specsim.measured`) interpolates pass times a real run recorded.
 """
 
@@ -107,8 +108,9 @@ class CostModel:
         s = self.stack
         overhead = s.per_call_overhead_s + s.per_layer_overhead_s * layers
         comm = self.comm_time_s(batch, positions)
+        t_run = max(t_mem, t_cmp) if s.overlap == "max" else t_mem + t_cmp
         return PassCost(positions=positions, batch=batch, context=context,
-                        time_s=max(t_mem, t_cmp) + overhead + comm, bytes=b, flops=f,
+                        time_s=t_run + overhead + comm, bytes=b, flops=f,
                         bound="memory" if t_mem >= t_cmp else "compute", memory_time_s=t_mem,
                         compute_time_s=t_cmp, overhead_time_s=overhead, comm_time_s=comm)
 

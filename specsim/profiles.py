@@ -75,6 +75,9 @@ class StackProfile(_Strict):
     # switches kernels at a row count of its own (2 on the AMD EPYC, 4 on the Intel Xeon we measured; calibrate.py).
     multi_row_bandwidth_fraction: float | None = Field(default=None, gt=0, le=1)
     multi_row_min_rows: int = Field(default=2, ge=2, le=4096)
+    # "max": memory and compute overlap (the roofline; GPUs, TPUs); "sum": they take turns, as in eager fp32 PyTorch
+    # on a CPU, whose kernels stream a weight block and then multiply it (calibrate.py fits either).
+    overlap: Literal["max", "sum"] = "max"
     compute_fraction: float = Field(default=1.0, gt=0, le=1)
     per_call_overhead_s: float = Field(default=0.0, ge=0, le=10)
     per_layer_overhead_s: float = Field(default=0.0, ge=0, le=1)

@@ -262,10 +262,11 @@ def test_cli_calibrate(tmp_path, capsys):
     out = tmp_path / "c.toml"
     rc = main(["calibrate", "--hardware", "cpu-2core", "--model", "profile:llama-68m:layers=1", "--model",
                "profile:llama-68m:layers=2", "--positions", "1,4,16", "--contexts", "0,32", "--repeats", "1",
-               "--out", str(out), "--json"])
+               "--overlap", "sum", "--out", str(out), "--json"])
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
     assert res["out"] == str(out) and load_stack(out).name == "cpu-2core-calibrated"
+    assert load_stack(out).overlap == "sum" == res["stack"]["overlap"]
     assert len(res["points"]) == 12 and res["holdout_error"]["n"] == 3
 
 
@@ -276,3 +277,43 @@ def test_cli_calibrate_refuses_an_ngram_model(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specsim: error:")
+    rc = main(["calibrate", "--hardware", "cpu-2core", "--model", "profile:llama-68m:layers=1", "--overlap", "min",
+               "--out", str(tmp_path / "y.toml")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--overlap" in err[0] and "max | sum" in err[0]
+
+
+# --- memory and compute times that add (overlap "sum") -------------------------------------------------------
+@pytest.mark.parametrize("multi", [None, 0.25])
+def test_sum_fit_recovers_a_stack_whose_times_add(multi, tmp_path):
+    """Pass times made with overlap "sum": the sum fit recovers every parameter (and R), the max() fit cannot
+    describe them (so the check can fail), and the TOML carries the overlap."""
+    true = CPU_TRUE.model_copy(update={"overlap": "sum", "multi_row_bandwidth_fraction": multi,
+                                       "multi_row_min_rows": 4})
+    hw = prof.hardware("cpu-2core")
+    models = [prof.model("qwen2.5-coder-0.5b").model_copy(update={"n_layers": n, "dtype": "fp32", "name": f"q{n}"})
+              for n in (4, 24)]
+    pts = [PassPoint(m, 1, p, c, 1.0) for m in models for p in (1, 2, 3, 4, 6, 8, 16, 32, 64, 128) for c in (0, 128)]
+    t = predict_times(true, roofline_terms(pts, hw))
+    pts = [PassPoint(p.model, 1, p.positions, p.context, float(x)) for p, x in zip(pts, t)]
+    fit = fit_stack(pts, hw, multi_row=multi is not None, overlap="sum")
+    for k in PARAMS:
+        assert getattr(fit.stack, k) == pytest.approx(getattr(true, k), rel=1e-6), k
+    assert fit.stack.overlap == "sum" and fit.holdout_error["max_abs_pct"] < 1e-6
+    if multi is not None:
+        assert fit.multi_row_bandwidth_fraction == pytest.approx(multi, rel=1e-6)
+        assert fit.stack.multi_row_min_rows == 4
+    roof = fit_stack(pts, hw, multi_row=multi is not None)
+    assert roof.fit_error["max_abs_pct"] > 5
+    cm = fit.cost_model(pts[0].model, hw)
+    assert cm.pass_time_s(1, 3, 128) == pytest.approx(fit.predicted_s[5], rel=1e-12)  # q4, P=3, L=128
+    path = write_stack_toml(tmp_path / "sum.toml", fit, hw)
+    assert "FLOPs/(f_c*peak) + o_call" in path.read_text() and load_stack(path).overlap == "sum"
+    assert load_stack(write_stack_toml(tmp_path / "max.toml", roof, hw)).overlap == "max"
+
+
+def test_unknown_overlap_is_a_config_error():
+    pts, hw = cpu_points(multi=None)
+    with pytest.raises(ConfigError, match="overlap"):
+        fit_stack(pts, hw, overlap="min")

@@ -128,3 +128,18 @@ def test_calibrated_mode_adds_fixed_costs_and_fractions():
     st = StackProfile(name="s", bandwidth_fraction=0.5, per_call_overhead_s=1e-4, per_layer_overhead_s=1e-5)
     ideal, cal = CostModel(m, hw).pass_cost(), CostModel(m, hw, st).pass_cost()
     assert cal.time_s == pytest.approx(2 * ideal.time_s + 1e-4 + 1e-5 * m.n_layers)
+
+
+def test_overlap_sum_adds_memory_and_compute_times():
+    """A stack whose kernels do not overlap memory and compute (eager CPU) pays both; "max" is the roofline."""
+    hw = prof.hardware("cpu-2core")
+    m = prof.model("qwen2.5-coder-0.5b").model_copy(update={"dtype": "fp32"})
+    st = StackProfile(name="s", bandwidth_fraction=0.5, compute_fraction=0.5, per_call_overhead_s=1e-3)
+    for p in (1, 8, 128):
+        roof = CostModel(m, hw, st).pass_cost(1, p, 64)
+        add = CostModel(m, hw, st.model_copy(update={"overlap": "sum"})).pass_cost(1, p, 64)
+        assert roof.time_s == pytest.approx(max(roof.memory_time_s, roof.compute_time_s) + 1e-3)
+        assert add.time_s == pytest.approx(roof.memory_time_s + roof.compute_time_s + 1e-3)
+        assert add.time_s > roof.time_s
+    with pytest.raises(ValueError):
+        StackProfile(name="s", overlap="both")

@@ -24,8 +24,8 @@ transformers = pytest.importorskip("transformers")
 from specsim.executor.record import record_trace
 from specsim.executor.sampling import SamplingConfig
 from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
-from specsim.executor.validate import (grid_pass_times, predict_gammas, predict_replay, replay_matches, shifted_trace,
-                                      validate_pair)
+from specsim.executor.validate import (MODES, grid_pass_times, predict_gammas, predict_replay, replay_matches,
+                                      shifted_trace, validate_pair)
 
 from tiny_models import one_thread, tiny_pair as _tiny_pair  # noqa: E402,F401  (tests/ is on sys.path)
 
@@ -213,7 +213,11 @@ def test_validate_pair_report(pair):
                         grid_repeats=1, gammas=(1, 5), log=lambda *a: None)
     # the trace covers the longest γ predicted, not only the run's
     assert all(len(seq) >= 12 + 5 for seq in res["trace"].sequences())
-    for mode in ("calibrated", "calibrated_multi_row", "measured"):
+    assert MODES == ("calibrated", "calibrated_multi_row", "calibrated_serial", "measured")
+    assert res["calibration_serial"]["stack"]["overlap"] == "sum"
+    assert res["calibration_multi_row"]["stack"]["overlap"] == "max"
+    assert set(res["fits"]) == set(MODES[:-1])
+    for mode in MODES:
         assert [r["gamma"] for r in res[mode]["gamma_sweep"]] == [1, 5]
         assert res[mode]["replay"]["all_identical"]
         cmp_ = res[mode]["compare"]
@@ -230,7 +234,7 @@ def test_validate_pair_report(pair):
     again = analyze_pair(saved["grid"], saved["executor"], res["trace"], saved["prompt_lens"],
                          hardware=prof.hardware("cpu-2core"), target_profile=tiny, draft_profile=tiny, gamma=3,
                          max_new_tokens=12)
-    for mode in ("calibrated", "calibrated_multi_row", "measured"):
+    for mode in MODES:
         assert again[mode]["predicted"] == res[mode]["predicted"], mode
 
 

@@ -62,6 +62,8 @@ def calibrate_cmd(
     multi_row: bool = typer.Option(False, "--multi-row", help="also fit a bandwidth fraction for passes of B·P >= R "
                                    "rows and R, where the BLAS switches kernels (StackProfile."
                                    "multi_row_bandwidth_fraction, multi_row_min_rows)"),
+    overlap: str = typer.Option("max", "--overlap", help="max: memory and compute overlap (the roofline); sum: "
+                                "their times add, as in eager PyTorch on a CPU (StackProfile.overlap)"),
     base: str | None = typer.Option(None, "--base", help="stack for what the data cannot identify "
                                                             "[the hardware's default stack]"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
@@ -80,6 +82,8 @@ def calibrate_cmd(
 
     from specsim.executor.sources import load_source
     from specsim.executor.validate import grid_pass_times, profile_of_source
+    if overlap not in ("max", "sum"):  # before any timing
+        raise ConfigError("unknown overlap", field="--overlap", value=overlap, allowed="max | sum")
     hw = profiles.hardware(hardware)
     base_stack = profiles.stack(base or hw.default_stack)
     dev = _device(device)
@@ -99,7 +103,7 @@ def calibrate_cmd(
         del src
     fit = fit_stack(points, hw, name=profile_name or f"{hw.name}-calibrated", holdout_every=holdout_every,
                     base=base_stack, description=f"fitted to measured passes of {', '.join(model)} on {hw.name}",
-                    multi_row=multi_row)
+                    multi_row=multi_row, overlap=overlap)
     extra = {"machine": machine_text(dev), "torch": torch.__version__, "transformers": transformers.__version__,
              "models": ", ".join(model), "repeats": f"median of {repeats} after {warmup} warm-up"}
     path = write_stack_toml(out, fit, hw, extra)
@@ -117,7 +121,7 @@ def calibrate_cmd(
            ["per_call_overhead_s", s.per_call_overhead_s], ["per_layer_overhead_s", s.per_layer_overhead_s],
            ["multi_row_bandwidth_fraction", fit.multi_row_bandwidth_fraction],
            ["multi_row_min_rows", fit.stack.multi_row_min_rows if fit.multi_row_bandwidth_fraction else None],
-           ["fit median |err| %", fit.fit_error["median_abs_pct"]],
+           ["overlap", s.overlap], ["fit median |err| %", fit.fit_error["median_abs_pct"]],
            ["hold-out median |err| %", fit.holdout_error["median_abs_pct"]],
            ["hold-out max |err| %", fit.holdout_error["max_abs_pct"]]])
 
@@ -148,7 +152,7 @@ def validate_cmd(
     from specsim.cli.executor import _device, _load_pair, _need_torch, _sampling
     _need_torch()
     from specsim.errors import check_range
-    from specsim.executor.validate import profile_of_source, validate_pair
+    from specsim.executor.validate import MODES, profile_of_source, validate_pair
     check_range("temperature", temperature, lo=0, hi=100)
     gammas = _gamma_list(predict_gammas)
     hw = profiles.hardware(hardware)
@@ -160,14 +164,13 @@ def validate_cmd(
                         sampling=_sampling(temperature, None, None), repeats=repeats, seed=seed, stack=st,
                         gammas=gammas, log=_log(json_out))
     trace = res.pop("trace")
-    res.pop("fit")
-    res.pop("fit_multi_row")
+    res.pop("fits")
     if trace_out:
         res["trace_out"] = str(trace.write(trace_out))
     if json_out:
         emit_json(res)
         return
-    for mode in ("calibrated", "calibrated_multi_row", "measured"):
+    for mode in MODES:
         if mode not in res:
             continue
         cmp_ = res[mode]["compare"]
@@ -176,7 +179,7 @@ def validate_cmd(
               [[k, v["measured"], v["predicted"], v["error_pct"]] for k, v in cmp_.items()],
               caption=f"replay: {res[mode]['replay']['steps_agreeing']}/{res[mode]['replay']['steps']} steps agree")
     if gammas:
-        modes = [m for m in ("calibrated", "calibrated_multi_row", "measured") if m in res]
+        modes = [m for m in MODES if m in res]
         sw = {m: {r["gamma"]: r for r in res[m]["gamma_sweep"]} for m in modes}
         table(f"predicted speedup by γ (same trace and costs; measured at γ = {gamma}: "
               f"{res['executor']['speedup']:.3f})", ["gamma", *modes, "closed_form_eq5"],

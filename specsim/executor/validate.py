@@ -9,7 +9,8 @@ Pipeline (`validate_pair`):
    truncated) and plainly, EOS ignored so every run emits exactly `max_new_tokens`. Interleaving the grid with
    the walltimes makes both see the same machine load; every figure is the median over rounds;
 2. a stack profile fitted to the grid (`specsim.calibrate.fit_stack`, hold-out error reported) → calibrated mode;
-   the same with a separate bandwidth fraction for multi-row passes → calibrated_multi_row mode; the table
+   the same with a separate bandwidth fraction for multi-row passes → calibrated_multi_row mode; that with memory
+   and compute times added instead of overlapped (overlap "sum") → calibrated_serial mode; the table
    interpolated → measured mode (`specsim.measured.MeasuredCosts`);
 3. the β trace of the same prompts (`record_trace`, `max_new_tokens + γ` positions so the last step's drafts are
    covered), replayed through the SimPy engine (closed loop, batch 1, request i = prompt i) in both cost modes.
@@ -34,6 +35,10 @@ import numpy as np
 from specsim.errors import ConfigError
 
 _DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+# the cost modes fitted to the grid (fit_stack options) and the one that interpolates it; calibrated comes first
+FITTED_MODES = {"calibrated": {}, "calibrated_multi_row": {"multi_row": True},
+                "calibrated_serial": {"multi_row": True, "overlap": "sum"}}
+MODES = (*FITTED_MODES, "measured")
 
 
 def profile_of_source(spec: str, source):
@@ -302,9 +307,10 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
                   grid_repeats: int = 1, stack=None, per_round=None, gammas: Sequence[int] = (), log=print) -> dict:
     """The whole validation for one pair (see the module docstring).
 
-    Cost modes compared: `calibrated` (a StackProfile fitted to the grid, or `stack` if given), `calibrated_multi_row`
-    (the same with a separate bandwidth fraction for multi-row passes, `RowAwareCostModel`; only when fitting here)
-    and `measured` (the grid interpolated). `per_round()`: called after each round's decoding (e.g. to time HF's
+    Cost modes compared (`MODES`): `calibrated` (a StackProfile fitted to the grid, or `stack` if given),
+    `calibrated_multi_row` (the same with a separate bandwidth fraction for multi-row passes, `RowAwareCostModel`),
+    `calibrated_serial` (that with memory and compute times added; these two only when fitting here) and `measured`
+    (the grid interpolated). `per_round()`: called after each round's decoding (e.g. to time HF's
     assisted generation under the same load); its results are returned in `per_round`. `draft_profile` None = a
     draft without weights (n-gram)."""
     from specsim.executor.record import record_trace
@@ -347,7 +353,7 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
                        draft_profile=draft_profile, gamma=gamma, max_new_tokens=max_new_tokens, stack=stack,
                        seed=seed, names=(target.name, draft.name), gammas=gammas)
     out.update({"temperature": sampling.temperature, "prompts": len(prompts), "per_round": rounds})
-    out["trace"] = trace  # not JSON: callers pop it (to write the trace), as "fit" and "fit_multi_row"
+    out["trace"] = trace  # not JSON: callers pop it (to write the trace), as "fits"
     out["elapsed_s"] = time.perf_counter() - t0
     return out
 
@@ -372,20 +378,21 @@ def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], 
     points = points_from_rows(t_rows, target_profile)
     if draft_profile is not None:
         points += points_from_rows(d_rows, draft_profile)
-    fit = fit_stack(points, hardware, name=f"{hardware.name}-calibrated") if stack is None else None
-    fit2 = fit_stack(points, hardware, name=f"{hardware.name}-calibrated", multi_row=True) if stack is None else None
-    st = stack or fit.stack
-    cal_t = CostModel(target_profile, hardware, st)
-    cal_d = CostModel(draft_profile, hardware, st) if draft_profile is not None else meas_d
+    fits = {} if stack is not None else {
+        m: fit_stack(points, hardware, name=f"{hardware.name}-calibrated", **kw) for m, kw in FITTED_MODES.items()}
+    st = stack or fits["calibrated"].stack
     out = {"target": names[0], "draft": names[1], "gamma": gamma, "max_new_tokens": max_new_tokens,
            "prompt_lens": list(prompt_lens), "alpha": trace.alpha, "executor": measured, "stack": st.model_dump(),
-           "calibration": fit.summary() if fit is not None else None,
-           "calibration_multi_row": fit2.summary() if fit2 is not None else None,
-           "calibration_points": fit.rows() if fit is not None else None, "grid": grid}
-    modes = {"calibrated": (cal_t, cal_d), "measured": (meas_t, meas_d)}
-    if fit2 is not None:
-        modes["calibrated_multi_row"] = (fit2.cost_model(target_profile, hardware),
-                                         fit2.cost_model(draft_profile, hardware) if draft_profile else meas_d)
+           "calibration_points": fits["calibrated"].rows() if fits else None, "grid": grid}
+    for m in FITTED_MODES:  # calibration, calibration_multi_row, calibration_serial: the fits' summaries
+        out["calibration" + m.removeprefix("calibrated")] = fits[m].summary() if fits else None
+    modes = {"calibrated": (CostModel(target_profile, hardware, st),
+                            CostModel(draft_profile, hardware, st) if draft_profile is not None else meas_d)}
+    for m, f in fits.items():
+        if m != "calibrated":
+            modes[m] = (f.cost_model(target_profile, hardware),
+                        f.cost_model(draft_profile, hardware) if draft_profile else meas_d)
+    modes["measured"] = (meas_t, meas_d)
     for mode, (tc, dc) in modes.items():
         pred = predict_replay(trace, prompt_lens, max_new_tokens, gamma, tc, dc, seed)
         errs = [100.0 * (p / m - 1.0) for p, m in zip(pred["prompt_speedups"], measured["prompt_speedups"])]
@@ -394,5 +401,5 @@ def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], 
                      "prompt_speedup_error_pct": errs,
                      "replay": replay_matches(measured["accepted"], pred["accepted"]),
                      "gamma_sweep": predict_gammas(trace, prompt_lens, max_new_tokens, gammas, tc, dc, seed)}
-    out["fit"], out["fit_multi_row"] = fit, fit2  # not JSON: callers pop them (to write the stack TOMLs)
+    out["fits"] = fits  # not JSON: callers pop it (to write the stack TOMLs)
     return out
