@@ -313,7 +313,7 @@ def plot_gammas(results: dict, path: Path) -> Path | None:
     fig, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 3.8), squeeze=False)
     for ax, ((tname, dname), runs) in zip(axes[0], pairs.items()):
         ref = runs[0]
-        for mode, style in zip(MODES, ("C0:", "C1--", "C2-")):
+        for mode, style in zip(MODES, ("C0:", "C1--", "C2-", "C3-"), strict=True):
             sw = ref[mode]["gamma_sweep"]
             ax.plot([r["gamma"] for r in sw], [r["speedup"] for r in sw], style, marker=".",
                     label=f"{mode} (table)" if mode == "measured" else mode)
