@@ -108,3 +108,20 @@ def test_console_script_exit_code(tmp_path):
     r = subprocess.run([sys.executable, "-m", "specsim", "theory", "--alpha", "2", "--gamma", "3"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--alpha" in r.stderr
+
+
+def test_one_integer_list_parser_for_every_command(capsys):
+    """roofline, measure, calibrate and validate parse '1,2,4' / '1-6' the same way and name the option on error."""
+    from specsim.cli.parse import int_list
+    from specsim.errors import ConfigError
+    assert int_list("8,1,2-4,2", "--positions") == [1, 2, 3, 4, 8]
+    assert int_list("0,128", "--contexts", lo=0) == [0, 128]
+    for bad, why in (("1,x", "comma-separated"), ("0,2", "out of range"), ("", "out of range"), ("3-70", "[1, 64]")):
+        with pytest.raises(ConfigError, match="--positions") as e:
+            int_list(bad, "--positions", 1, 64 if bad == "3-70" else None)
+        assert why in str(e.value)
+    assert main(["roofline", "--hardware", "cpu-2core", "--model", "llama-68m", "--positions", "1-3", "--json"]) == 0
+    assert [p["positions"] for p in json.loads(capsys.readouterr().out)["passes"]] == [1, 2, 3]
+    assert main(["roofline", "--hardware", "cpu-2core", "--model", "llama-68m", "--positions", "1,x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--positions" in err[0]

@@ -8,18 +8,8 @@ import typer
 
 from specsim import profiles as prof
 from specsim.cli.output import emit_json, table
+from specsim.cli.parse import int_list
 from specsim.errors import ConfigError, check_range
-
-
-def _parse_int_list(text: str, field: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError("not a comma-separated list of integers", field=field, value=text,
-                          allowed="e.g. 1,2,4,8") from None
-    if not vals or min(vals) < 1:
-        raise ConfigError("every entry must be a positive integer", field=field, value=text, allowed=">= 1")
-    return vals
 
 
 def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
@@ -117,7 +107,7 @@ def roofline_cmd(
     check_range("--batch", batch, lo=1)
     check_range("--context", context, lo=0)
     check_range("--tp", tp, lo=1)
-    pos = _parse_int_list(positions, "--positions")
+    pos = int_list(positions, "--positions")
     hw, m = prof.hardware(hardware), prof.model(model)
     st = prof.stack(hw.default_stack if stack == "default" else stack)
     cm = CostModel(m, hw, st, tp=tp)

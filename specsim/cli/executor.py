@@ -12,6 +12,7 @@ import sys
 import typer
 
 from specsim.cli.output import emit_json, table
+from specsim.cli.parse import int_list
 from specsim.errors import ConfigError
 
 
@@ -55,16 +56,6 @@ def _load_pair(target: str, draft: str | None, prompts_file: str | None, device:
 def _sampling(temperature: float, top_k: int | None, top_p: float | None):
     from specsim.executor.sampling import SamplingConfig
     return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-
-
-def _int_list(text: str, field: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError("expected comma-separated integers", field=field, value=text) from None
-    if not vals or min(vals) < 1:
-        raise ConfigError("values must be >= 1", field=field, value=text)
-    return vals
 
 
 def record_cmd(
@@ -136,8 +127,8 @@ def measure_cmd(
     """Measure pass times T(P, L) for the target (and the draft step), c, and speculative vs plain walltime."""
     _need_torch()
     from specsim.executor import measure as m
-    grid = _int_list(positions, "positions")
-    batch_sizes = _int_list(batches, "batch")
+    grid = int_list(positions, "--positions")
+    batch_sizes = int_list(batches, "--batch")
     cfg = _sampling(temperature, top_k, top_p)
     tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
                                        kernels)

@@ -13,22 +13,8 @@ import typer
 
 from specsim.cli.executor import KERNELS_HELP
 from specsim.cli.output import emit_json, table
+from specsim.cli.parse import int_list as _ints
 from specsim.errors import ConfigError
-
-
-def _ints(text: str, field: str, lo: int = 1, hi: int | None = None) -> list[int]:
-    """'1,2,4' or ranges like '1-6' → sorted distinct integers in [lo, hi]; a clear error otherwise."""
-    vals: set[int] = set()
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            a, _, b = part.partition("-")
-            vals.update(range(int(a), int(b or a) + 1))
-    except ValueError:
-        raise ConfigError("must be comma-separated integers (or ranges like 1-6)", field=field, value=text) from None
-    if not vals or min(vals) < lo or (hi is not None and max(vals) > hi):
-        raise ConfigError(f"values must be >= {lo}" + (f" and <= {hi}" if hi is not None else ""), field=field,
-                          value=text)
-    return sorted(vals)
 
 
 def _log(json_out: bool):
