@@ -122,6 +122,7 @@ def run_pair(key: str, cfg: dict, args) -> dict:
     res["load_before"], res["load_after"] = load_before, os.getloadavg()[0]
     res["torch_threads"] = torch.get_num_threads()
     res["kernels"] = target.kernels
+    res["machine"] = extra["machine"]  # so --render / --refit elsewhere still name the CPU that ran it
     return res
 
 
@@ -166,6 +167,11 @@ def write_stacks(res: dict, key: str, tag: str, hw, extra: dict) -> None:
         res[f"stack_toml{suffix}"] = str(path.relative_to(ROOT))
 
 
+def _machine(results: dict) -> str:
+    """The CPU the saved runs were measured on (this one for runs saved before it was recorded)."""
+    return next((r["machine"] for r in results.values() if r.get("machine")), None) or _cpu()
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -174,13 +180,14 @@ def _cpu() -> str:
         return "cpu"
 
 
-from specsim.executor.validate import MODES  # noqa: E402  calibrated, calibrated_multi_row, _serial, measured
+from specsim.executor.validate import MODES, QUANTITIES  # noqa: E402  (modes: calibrated, _multi_row, _serial, measured)
 
 
 def rows_of(key: str, res: dict) -> list[dict]:
     rows = []
     for mode in MODES:
-        for q, v in res[mode]["compare"].items():
+        for q in QUANTITIES:  # report order (a saved JSON has its keys sorted)
+            v = res[mode]["compare"][q]
             rows.append({"pair": key, "target": res["target"], "draft": res["draft"], "gamma": res["gamma"],
                          "mode": mode, "quantity": q, "measured": v["measured"], "predicted": v["predicted"],
                          "error_pct": v["error_pct"],
@@ -200,8 +207,8 @@ def rows_of(key: str, res: dict) -> list[dict]:
 
 def markdown(results: dict, rows: list[dict], started: str) -> str:
     out = ["# Simulator vs measured speculative decoding on this CPU", "",
-           (f"Run {started} by `experiments/validate_cpu.py` ({_cpu()}; temperature 0, chat-templated code prompts "
-           f"from `experiments/prompts/code_prompts.txt`, EOS ignored, no γ clipping at the end). "
+           (f"Run {started} by `experiments/validate_cpu.py` ({_machine(results)}; temperature 0, chat-templated code "
+           f"prompts from `experiments/prompts/code_prompts.txt`, EOS ignored, no γ clipping at the end). "
            "Calibrated = roofline cost model with a cpu stack fitted to this run's pass-time grid (today's "
            "StackProfile: one bandwidth fraction); calibrated_multi_row = the same plus a separate bandwidth fraction "
            "for passes of at least R rows, R fitted too (`specsim.calibrate.RowAwareCostModel`); calibrated_serial = "

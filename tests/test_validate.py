@@ -335,3 +335,23 @@ def test_gpu_validate_dry_run_on_cpu(tmp_path):
     assert {r["mode"] for r in e2e} == {"ideal", "calibrated", "fitted", "fitted_multi_row", "measured"}
     assert all(r["replay_identical"] == "True" for r in e2e)  # the replayed loop accepts what the engine does
     assert mod.leading_accepts([1, 1, 0, 1], 0, 4) == 2 and mod.leading_accepts([1, 1, 1], 1, 4) == 2
+
+
+def test_committed_validation_report_is_what_its_json_renders():
+    """experiments/results/validate_cpu.md is rendered from validate_cpu.json (the figures the README quotes): the
+    report, its four cost modes and their summary lines come from the saved run, not from hand edits."""
+    import importlib.util
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("validate_cpu", root / "experiments" / "validate_cpu.py")
+    vc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vc)
+    saved = json.loads((root / "experiments/results/validate_cpu.json").read_text())
+    rows = [r for key, res in saved["results"].items() for r in vc.rows_of(key, res)]
+    md = vc.markdown(saved["results"], rows, saved["started"]) + "\n![predicted speedup by γ](validate_cpu_gamma.png)\n"
+    assert md == (root / "experiments/results/validate_cpu.md").read_text()
+    summary = md.split("## Summary")[1]
+    assert all(f"- {m}: median |error|" in summary for m in MODES)
+    for res in saved["results"].values():
+        assert res["measured"]["replay"]["all_identical"] and res["machine"]

@@ -39,6 +39,8 @@ _DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float1
 FITTED_MODES = {"calibrated": {}, "calibrated_multi_row": {"multi_row": True},
                 "calibrated_serial": {"multi_row": True, "overlap": "sum"}}
 MODES = (*FITTED_MODES, "measured")
+QUANTITIES = ("tokens_per_target_run", "draft_step_s", "verify_pass_s", "plain_step_s", "spec_walltime_s",
+              "plain_walltime_s", "speedup")  # what `compare` scores, in report order
 
 
 def profile_of_source(spec: str, source):
@@ -283,8 +285,7 @@ def _measured_summary(e2e: dict, gamma: int, max_new_tokens: int, prompt_lens: S
 def compare(measured: dict, predicted: dict) -> dict:
     """Predicted against measured for the validated quantities, with the error in percent."""
     out = {}
-    for k in ("tokens_per_target_run", "draft_step_s", "verify_pass_s", "plain_step_s", "spec_walltime_s",
-              "plain_walltime_s", "speedup"):
+    for k in QUANTITIES:
         m, p = measured.get(k), predicted.get(k)
         out[k] = {"measured": m, "predicted": p,
                   "error_pct": None if not m or p is None else 100.0 * (p / m - 1.0)}
