@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from specsim.executor.validate import MODES, QUANTITIES  # noqa: E402  (torch-free)
+
 RESULTS = ROOT / "experiments" / "results"
 PROMPTS = ROOT / "experiments" / "prompts" / "code_prompts.txt"
 PAIRS = {
@@ -178,9 +180,6 @@ def _cpu() -> str:
             return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "cpu")
     except OSError:
         return "cpu"
-
-
-from specsim.executor.validate import MODES, QUANTITIES  # noqa: E402  (modes: calibrated, _multi_row, _serial, measured)
 
 
 def rows_of(key: str, res: dict) -> list[dict]:

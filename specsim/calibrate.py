@@ -44,7 +44,7 @@ from scipy.optimize import lsq_linear
 
 from specsim.costs import CostModel
 from specsim.errors import ConfigError
-from specsim.profiles import IDEAL_STACK, HardwareProfile, ModelProfile, StackProfile
+from specsim.profiles import IDEAL_STACK, OVERLAPS, HardwareProfile, ModelProfile, StackProfile
 
 MAX_INVERSE_FRACTION = 1e4  # f >= 1e-4: anything slower is a broken measurement, not a stack
 
@@ -105,9 +105,13 @@ def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fractio
     R = multi_row_min_rows or stack.multi_row_min_rows
     multi = multi_row_bandwidth_fraction or stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
     f_bw = np.where(terms.rows >= R, multi, stack.bandwidth_fraction)
-    mem, cmp_ = terms.memory_s / f_bw, terms.compute_s / stack.compute_fraction
-    run = np.maximum(mem, cmp_) if stack.overlap == "max" else mem + cmp_
+    run = _run(terms.memory_s / f_bw, terms.compute_s / stack.compute_fraction, stack.overlap)
     return run + stack.per_call_overhead_s + stack.per_layer_overhead_s * terms.layers
+
+
+def _run(mem_s: np.ndarray, compute_s: np.ndarray, overlap: str) -> np.ndarray:
+    """A pass's memory and compute times combined as the stack's `overlap` says (`CostModel._finish`'s rule)."""
+    return np.maximum(mem_s, compute_s) if overlap == "max" else mem_s + compute_s
 
 
 class RowAwareCostModel(CostModel):
@@ -207,8 +211,7 @@ def _sides(x, cls, n_cls, T: Terms, merged: bool) -> np.ndarray:
 
 def _loss(x, cls, n_cls, T: Terms, merged: bool, overlap: str = "max") -> float:
     a, b, oc, ol = _unpack(x, n_cls, merged)
-    mem, cmp_ = a[cls] * T.memory_s, b * T.compute_s
-    pred = (np.maximum(mem, cmp_) if overlap == "max" else mem + cmp_) + oc + ol * T.layers
+    pred = _run(a[cls] * T.memory_s, b * T.compute_s, overlap) + oc + ol * T.layers
     return float(np.sum((pred / T.time_s - 1.0) ** 2))
 
 
@@ -247,8 +250,8 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     (and then equal to f_bw) when no multi-row point is memory-bound."""
     if len(points) < 3:
         raise ConfigError("calibration needs at least 3 measured passes", field="points", value=len(points))
-    if overlap not in ("max", "sum"):
-        raise ConfigError("unknown overlap", field="overlap", value=overlap, allowed="max | sum")
+    if overlap not in OVERLAPS:
+        raise ConfigError("unknown overlap", field="overlap", value=overlap, allowed=" | ".join(OVERLAPS))
     base = base or IDEAL_STACK
     T_all = roofline_terms(points, hardware)
     idx = np.arange(len(points))

@@ -13,7 +13,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -26,6 +26,8 @@ MODEL_DIR = REPO_ROOT / "model_profiles"
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Overlap = Literal["max", "sum"]  # how a pass combines its memory and compute times (StackProfile.overlap)
+OVERLAPS: tuple[str, ...] = get_args(Overlap)
 
 
 class _Strict(BaseModel):
@@ -77,7 +79,7 @@ class StackProfile(_Strict):
     multi_row_min_rows: int = Field(default=2, ge=2, le=4096)
     # "max": memory and compute overlap (the roofline; GPUs, TPUs); "sum": they take turns, as in eager fp32 PyTorch
     # on a CPU, whose kernels stream a weight block and then multiply it (calibrate.py fits either).
-    overlap: Literal["max", "sum"] = "max"
+    overlap: Overlap = "max"
     compute_fraction: float = Field(default=1.0, gt=0, le=1)
     per_call_overhead_s: float = Field(default=0.0, ge=0, le=10)
     per_layer_overhead_s: float = Field(default=0.0, ge=0, le=1)

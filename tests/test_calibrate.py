@@ -160,13 +160,13 @@ CPU_TRUE = StackProfile(name="cpu", bandwidth_fraction=0.5, compute_fraction=0.5
                         per_layer_overhead_s=2e-4)
 
 
-def cpu_points(multi: float | None, min_rows: int | None = None):
+def cpu_points(multi: float | None, min_rows: int | None = None, stack: StackProfile = CPU_TRUE):
     """fp32 models on the 2-core CPU: memory-bound up to a few dozen rows, so multi-row passes are visible."""
     hw = prof.hardware("cpu-2core")
     models = [prof.model("qwen2.5-coder-0.5b").model_copy(update={"n_layers": n, "dtype": "fp32", "name": f"q{n}"})
               for n in (4, 24)]
     pts = [PassPoint(m, 1, p, c, 1.0) for m in models for p in (1, 2, 3, 4, 6, 8, 16, 32, 64, 128) for c in (0, 128)]
-    t = predict_times(CPU_TRUE, roofline_terms(pts, hw), multi, min_rows)
+    t = predict_times(stack, roofline_terms(pts, hw), multi, min_rows)
     return [PassPoint(p.model, 1, p.positions, p.context, float(x)) for p, x in zip(pts, t)], hw
 
 
@@ -291,12 +291,7 @@ def test_sum_fit_recovers_a_stack_whose_times_add(multi, tmp_path):
     describe them (so the check can fail), and the TOML carries the overlap."""
     true = CPU_TRUE.model_copy(update={"overlap": "sum", "multi_row_bandwidth_fraction": multi,
                                        "multi_row_min_rows": 4})
-    hw = prof.hardware("cpu-2core")
-    models = [prof.model("qwen2.5-coder-0.5b").model_copy(update={"n_layers": n, "dtype": "fp32", "name": f"q{n}"})
-              for n in (4, 24)]
-    pts = [PassPoint(m, 1, p, c, 1.0) for m in models for p in (1, 2, 3, 4, 6, 8, 16, 32, 64, 128) for c in (0, 128)]
-    t = predict_times(true, roofline_terms(pts, hw))
-    pts = [PassPoint(p.model, 1, p.positions, p.context, float(x)) for p, x in zip(pts, t)]
+    pts, hw = cpu_points(multi=None, stack=true)
     fit = fit_stack(pts, hw, multi_row=multi is not None, overlap="sum")
     for k in PARAMS:
         assert getattr(fit.stack, k) == pytest.approx(getattr(true, k), rel=1e-6), k

@@ -68,8 +68,8 @@ def calibrate_cmd(
 
     from specsim.executor.sources import load_source
     from specsim.executor.validate import grid_pass_times, profile_of_source
-    if overlap not in ("max", "sum"):  # before any timing
-        raise ConfigError("unknown overlap", field="--overlap", value=overlap, allowed="max | sum")
+    if overlap not in profiles.OVERLAPS:  # before any timing
+        raise ConfigError("unknown overlap", field="--overlap", value=overlap, allowed=" | ".join(profiles.OVERLAPS))
     hw = profiles.hardware(hardware)
     base_stack = profiles.stack(base or hw.default_stack)
     dev = _device(device)
