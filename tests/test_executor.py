@@ -212,7 +212,7 @@ def test_fused_prefill_keeps_the_steps_and_the_output(pair):
 
 def test_row_gemm_keeps_the_logits():
     """The opt-in CPU kernel fix computes the same Linear outputs for 1..6 rows (it only reorders the sum)."""
-    from specsim.executor.sources import use_row_gemm
+    from specsim.executor.kernels import use_row_gemm
     lin = torch.nn.Linear(16, 24)
     x = torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(0))
     ref = [lin(x[:, :r]) for r in range(1, 7)]
@@ -224,7 +224,8 @@ def test_row_gemm_keeps_the_logits():
 def test_row_gemm_kernels_are_scoped_to_the_source_that_asked(monkeypatch):
     """HFSource(kernels='row-gemm') uses the row-gemm path for its own 2..4-row passes only; a direct call of the same
     model (how HF's generate runs it) keeps the stock F.linear; use_row_gemm(model) switches it on for every caller."""
-    from specsim.executor.sources import HFSource, row_gemm_scope, use_row_gemm
+    from specsim.executor.kernels import row_gemm_scope, use_row_gemm
+    from specsim.executor.sources import HFSource
     target, _ = _tiny_pair(seed=3)
     model = target.model
     calls = []

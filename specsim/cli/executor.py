@@ -16,8 +16,9 @@ from specsim.cli.parse import int_list
 from specsim.errors import ConfigError
 
 
-KERNELS_HELP = ("stock | row-gemm: matmul kernels for 2-4-row passes on CPU "
-                "(specsim.executor.sources.use_row_gemm; faster on some CPUs, slower on others)")
+KERNELS_HELP = ("auto | stock | packed | row-gemm: CPU matmul kernels (specsim.executor.kernels). auto = packed "
+                "(oneDNN-packed weights for passes of >= 4 rows, 2x weight memory) on a CPU fp32 model where it "
+                "fits, else stock")
 
 
 def _need_torch() -> None:
@@ -75,7 +76,7 @@ def record_cmd(
     stop_at_eos: bool = typer.Option(False, "--stop-at-eos", help="end a sequence at the tokenizer's EOS"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Record a β trace: the target generates, the draft scores the same tokens teacher-forced."""
@@ -121,7 +122,7 @@ def measure_cmd(
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Measure pass times T(P, L) for the target (and the draft step), c, and speculative vs plain walltime."""

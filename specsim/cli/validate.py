@@ -54,7 +54,7 @@ def calibrate_cmd(
                                                             "[the hardware's default stack]"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -127,7 +127,7 @@ def validate_cmd(
     trace_out: str | None = typer.Option(None, "--trace-out", help="also write the recorded β trace"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("stock", "--kernels", help=KERNELS_HELP),
+    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
     seed: int = typer.Option(0, "--seed"),
     predict_gammas: str = typer.Option("", "--predict-gammas", help="also predict these γ from the same trace and "
                                        "costs, e.g. 1-6 or 1,2,4 (the closed form beside each)"),

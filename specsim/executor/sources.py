@@ -14,7 +14,6 @@ import contextlib
 import inspect
 import itertools
 import math
-import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from specsim.errors import ConfigError
+from specsim.executor.kernels import check_kernels, install, kernel_scope, resolve_kernels
 
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
            "fp16": torch.float16, "float16": torch.float16}
@@ -67,59 +67,6 @@ class Source:
         return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size}
 
 
-KERNELS = ("stock", "row-gemm")
-_SCOPE = threading.local()  # .on: inside an HFSource forward whose kernels are row-gemm
-
-
-def check_kernels(kernels: str) -> str:
-    if kernels not in KERNELS:
-        raise ConfigError("unknown kernels", field="kernels", value=kernels, allowed=", ".join(KERNELS))
-    return kernels
-
-
-def _row_gemm_linear(self, x: torch.Tensor) -> torch.Tensor:
-    rows = x.shape[:-1].numel()
-    if 1 < rows <= self._row_gemm_max and x.device.type == "cpu" and \
-            (self._row_gemm_always or getattr(_SCOPE, "on", False)):
-        y = (self.weight @ x.reshape(rows, -1).T).T
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], -1)
-    return torch.nn.functional.linear(x, self.weight, self.bias)
-
-
-@contextlib.contextmanager
-def row_gemm_scope():
-    """Inside: models patched with `use_row_gemm(scoped=True)` run the row-gemm kernels, whoever calls them."""
-    outer, _SCOPE.on = getattr(_SCOPE, "on", False), True
-    try:
-        yield
-    finally:
-        _SCOPE.on = outer
-
-
-def use_row_gemm(model, max_rows: int = 4, scoped: bool = False) -> int:
-    """CPU kernel fix: compute Linear layers on 2..max_rows rows as W @ xᵀ instead of F.linear.
-
-    Why: with MKL fp32 on a 2-core AMD EPYC, F.linear on 2-4 rows took a path 2-3x slower than one row, so a
-    4-position verification cost ~2x a one-token pass; W @ xᵀ brought it to ~1.1x (Qwen2.5-1.5B: 0.59 → 0.32 s).
-    Machine-specific: on a 2-core Intel Xeon (2026-12-01) it is slower for 2-3 rows (Qwen2.5-0.5B, 48 cached:
-    P = 2 163 ms vs 108 ms stock) and a little faster for 4 (175 vs 192 ms), hence opt-in, never a default.
-    Same math, different summation order (logits move ~1e-5 relative). Patches the modules in place. scoped=False:
-    every caller of the model gets it (HF's generate too); scoped=True: only calls made through an HFSource whose
-    kernels are row-gemm (how `HFSource(kernels='row-gemm')` installs it, so HF's generate on the same model keeps
-    the stock kernels). Returns the number of Linear layers patched."""
-    import types
-    n = 0
-    for m in model.modules():
-        if isinstance(m, torch.nn.Linear):
-            m._row_gemm_max = int(max_rows)
-            m._row_gemm_always = (not scoped) or getattr(m, "_row_gemm_always", False)
-            m.forward = types.MethodType(_row_gemm_linear, m)
-            n += 1
-    return n
-
-
 class HFSource(Source):
     """A causal LM with a `DynamicCache`; cropping drops the rejected drafts' KV entries."""
 
@@ -134,9 +81,9 @@ class HFSource(Source):
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"   # transformers 5.x renamed it
         self._keep_kw = "logits_to_keep" in params
-        self.kernels = check_kernels(kernels)
-        if self.kernels == "row-gemm":
-            use_row_gemm(self.model, scoped=True)
+        self.kernels = resolve_kernels(kernels, self.model)   # "auto" becomes what it chose
+        if self.kernels != "stock":
+            install(self.model, self.kernels, scoped=True)
 
     def new_state(self):
         from transformers import DynamicCache
@@ -153,7 +100,7 @@ class HFSource(Source):
         kwargs = {self._cache_kw: state, "use_cache": True}
         if self._keep_kw:
             kwargs["logits_to_keep"] = keep
-        with row_gemm_scope() if self.kernels == "row-gemm" else contextlib.nullcontext():
+        with kernel_scope(self.kernels) if self.kernels != "stock" else contextlib.nullcontext():
             return self.model(input_ids=ids.to(self.device), **kwargs).logits[:, -keep:]
 
     def length(self, state) -> int:
@@ -362,6 +309,7 @@ def load_source(spec: str, *, device: str = "cpu", dtype: str = "auto", seed: in
                 vocab_size: int | None = None, corpus: Iterable[Sequence[int]] | None = None,
                 kernels: str = "stock") -> Source:
     """Parse a SRC string (see SOURCE_FORMS). n-gram drafts need the target's `vocab_size` (and bigram a corpus)."""
+    check_kernels(kernels)   # before any weights load
     head, *rest = spec.split(":")
     if head in ("bigram", "prompt-lookup"):
         if vocab_size is None:
