@@ -236,7 +236,8 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
            f"prompts from `experiments/prompts/code_prompts.txt`, EOS ignored, no γ clipping at the end). "
            "Calibrated = roofline cost model with a cpu stack fitted to this run's pass-time grid (today's "
            "StackProfile: one bandwidth fraction); calibrated_multi_row = the same plus a separate bandwidth fraction "
-           "for passes of at least R rows, R fitted too (`specsim.calibrate.RowAwareCostModel`); calibrated_serial = "
+           "for passes of at least R rows, R fitted too (`specsim.calibrate.RowAwareCostModel`), and a fixed cost "
+           "of every pass of several positions (`multi_position_overhead_s`); calibrated_serial = "
            "that with the memory and compute times added instead of overlapped (`StackProfile.overlap = \"sum\"`: "
            "eager CPU kernels stream a weight block, then multiply it); measured = the grid "
            "interpolated (`specsim.measured.MeasuredCosts`). All replay the β trace recorded on the same prompts "
@@ -263,6 +264,8 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
                        + (f", multi-row bandwidth_fraction {multi:.3f} from {cal.get('multi_row_min_rows') or 2} "
                           "rows" if multi else "")
                        + (", memory and compute times added" if s.get("overlap") == "sum" else "")
+                       + (f", multi-position {s['multi_position_overhead_s'] * 1e3:.2f} ms"
+                          if s.get("multi_position_overhead_s") else "")
                        + f", compute_fraction {s['compute_fraction']:.3f}, per_call "
                        f"{s['per_call_overhead_s'] * 1e3:.2f} ms, per_layer {s['per_layer_overhead_s'] * 1e3:.3f} ms; "
                        f"fit median |err| {cal['fit_error']['median_abs_pct']:.1f}% ({cal['fit_error']['n']} points), "

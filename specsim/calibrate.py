@@ -24,6 +24,11 @@ products (verification) that it reaches in matrix-vector products (one-token ste
 describe, and where the BLAS switches kernels depends on the CPU (R = 2 on an AMD EPYC, 4 on an Intel Xeon; see
 experiments/results/validate_cpu.md).
 
+With multi_row=True the fit also takes o_multi, a fixed cost of every pass of more than one position
+(`StackProfile.multi_position_overhead_s`): eager HF attention builds a causal mask and leaves SDPA's mask-free path
+once a pass has several query positions, which costs a 135M model ~4 ms (+9-12% of its one-token step) on the
+2-core CPU — far more than the extra FLOPs — and which no roofline term reproduces.
+
 `overlap="sum"` fits time = bytes / (f_bw · BW) + FLOPs / (f_c · peak) + o_call + L · o_layer instead (the stack's
 `overlap`): eager fp32 PyTorch on a CPU streams a block of weights and then multiplies it, so the two times add up
 rather than hide each other; the fit is then one bounded linear least-squares problem, with no sides to assign.
@@ -75,13 +80,15 @@ class Terms:
     layers: np.ndarray
     time_s: np.ndarray
     rows: np.ndarray
+    multi_pos: np.ndarray  # 1.0 where a pass has more than one position per sequence
 
     def take(self, idx: np.ndarray) -> "Terms":
-        return Terms(self.memory_s[idx], self.compute_s[idx], self.layers[idx], self.time_s[idx], self.rows[idx])
+        return Terms(self.memory_s[idx], self.compute_s[idx], self.layers[idx], self.time_s[idx], self.rows[idx],
+                     self.multi_pos[idx])
 
 
 def roofline_terms(points: Sequence[PassPoint], hardware: HardwareProfile) -> Terms:
-    mem, cmp_, lay, t, rows = [], [], [], [], []
+    mem, cmp_, lay, t, rows, mp = [], [], [], [], [], []
     models: dict = {}
     for p in points:
         if not (p.time_s > 0 and np.isfinite(p.time_s)):
@@ -94,7 +101,9 @@ def roofline_terms(points: Sequence[PassPoint], hardware: HardwareProfile) -> Te
         lay.append(p.model.n_layers)
         t.append(p.time_s)
         rows.append(p.batch * p.positions)
-    return Terms(np.array(mem), np.array(cmp_), np.array(lay, dtype=float), np.array(t), np.array(rows))
+        mp.append(float(p.positions > 1))
+    return Terms(np.array(mem), np.array(cmp_), np.array(lay, dtype=float), np.array(t), np.array(rows),
+                 np.array(mp))
 
 
 def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fraction: float | None = None,
@@ -106,7 +115,8 @@ def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fractio
     multi = multi_row_bandwidth_fraction or stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
     f_bw = np.where(terms.rows >= R, multi, stack.bandwidth_fraction)
     run = _run(terms.memory_s / f_bw, terms.compute_s / stack.compute_fraction, stack.overlap)
-    return run + stack.per_call_overhead_s + stack.per_layer_overhead_s * terms.layers
+    return (run + stack.per_call_overhead_s + stack.per_layer_overhead_s * terms.layers
+            + stack.multi_position_overhead_s * terms.multi_pos)
 
 
 def _run(mem_s: np.ndarray, compute_s: np.ndarray, overlap: str) -> np.ndarray:
@@ -180,17 +190,19 @@ class FitResult:
                 "n_points": len(self.measured_s)}
 
 
-# Parameters x = (a_0[, a_1], b, o_call[, o_layer]) with a_k = 1 / bandwidth fraction of memory class k
-# (class 0: one-row passes, or all passes; class 1: multi-row passes) and b = 1 / compute fraction.
-def _unpack(x, n_cls: int, merged: bool):
+# Parameters x = (a_0[, a_1], b, o_call[, o_layer][, o_multi]) with a_k = 1 / bandwidth fraction of memory class k
+# (class 0: one-row passes, or all passes; class 1: multi-row passes), b = 1 / compute fraction and o_multi the
+# multi-position overhead (fitted with multi_row=True).
+def _unpack(x, n_cls: int, merged: bool, mp: bool = False):
     a = np.asarray(x[:n_cls])
     b, oc = x[n_cls], x[n_cls + 1]
     ol = 0.0 if merged else x[n_cls + 2]
-    return a, b, oc, ol
+    om = x[-1] if mp else 0.0
+    return a, b, oc, ol, om
 
 
 def _solve(mem_side: np.ndarray, cls: np.ndarray, n_cls: int, T: Terms, merged: bool,
-           overlap: str = "max") -> np.ndarray:
+           overlap: str = "max", mp: bool = False) -> np.ndarray:
     """Bounded linear least squares (relative residuals) for one assignment of points to roofline sides
     (overlap "sum": every point pays both sides)."""
     cmp_side = ~mem_side if overlap == "max" else np.ones_like(mem_side)
@@ -198,6 +210,8 @@ def _solve(mem_side: np.ndarray, cls: np.ndarray, n_cls: int, T: Terms, merged: 
     cols += [np.where(cmp_side, T.compute_s, 0.0), np.ones_like(T.time_s)]
     if not merged:
         cols.append(T.layers)
+    if mp:
+        cols.append(T.multi_pos)
     A = np.column_stack(cols) / T.time_s[:, None]
     lo = [1.0] * (n_cls + 1) + [0.0] * (len(cols) - n_cls - 1)
     hi = [MAX_INVERSE_FRACTION] * (n_cls + 1) + [np.inf] * (len(cols) - n_cls - 1)
@@ -205,19 +219,20 @@ def _solve(mem_side: np.ndarray, cls: np.ndarray, n_cls: int, T: Terms, merged: 
 
 
 def _sides(x, cls, n_cls, T: Terms, merged: bool) -> np.ndarray:
-    a, b, _, _ = _unpack(x, n_cls, merged)
+    a, b = _unpack(x, n_cls, merged)[:2]
     return a[cls] * T.memory_s >= b * T.compute_s
 
 
-def _loss(x, cls, n_cls, T: Terms, merged: bool, overlap: str = "max") -> float:
-    a, b, oc, ol = _unpack(x, n_cls, merged)
-    pred = _run(a[cls] * T.memory_s, b * T.compute_s, overlap) + oc + ol * T.layers
+def _loss(x, cls, n_cls, T: Terms, merged: bool, overlap: str = "max", mp: bool = False) -> float:
+    a, b, oc, ol, om = _unpack(x, n_cls, merged, mp)
+    pred = _run(a[cls] * T.memory_s, b * T.compute_s, overlap) + oc + ol * T.layers + om * T.multi_pos
     return float(np.sum((pred / T.time_s - 1.0) ** 2))
 
 
-def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool, overlap: str = "max") -> np.ndarray:
+def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool, overlap: str = "max",
+                mp: bool = False) -> np.ndarray:
     if overlap == "sum":  # linear in the parameters: one solve
-        return _solve(np.ones(len(T.time_s), bool), cls, n_cls, T, merged, "sum")
+        return _solve(np.ones(len(T.time_s), bool), cls, n_cls, T, merged, "sum", mp)
     ratio = T.compute_s / T.memory_s
     starts = [ratio <= 0, ratio >= 0]  # everything memory-bound / everything compute-bound
     for k in np.geomspace(1.0, 1e3, 13):  # compute side when b·C > a·M, for b/a = k
@@ -230,9 +245,9 @@ def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool, overlap: st
             if key in seen:
                 break
             seen.add(key)
-            x = _solve(mem_side, cls, n_cls, T, merged)
+            x = _solve(mem_side, cls, n_cls, T, merged, mp=mp)
             mem_side = _sides(x, cls, n_cls, T, merged)
-        loss = _loss(x, cls, n_cls, T, merged)
+        loss = _loss(x, cls, n_cls, T, merged, mp=mp)
         if loss < best_loss - 1e-15:
             best, best_loss = x, loss
     return best
@@ -263,6 +278,7 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     T = T_all.take(fit_i)
     n_cls = 2 if multi_row else 1
     merged = len(np.unique(T.layers)) < 2
+    mp = multi_row and 0 < T.multi_pos.sum() < len(T.multi_pos)  # both kinds of pass measured
     R = 2
     cls = np.zeros(len(T.rows), int)
     x = None
@@ -272,14 +288,14 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
             c = (T.rows >= r).astype(int)
             if r > 2 and (not c.any() or c.all()):
                 continue
-            xr = _fit_params(T, c, n_cls, merged, overlap)
-            loss = _loss(xr, c, n_cls, T, merged, overlap)
+            xr = _fit_params(T, c, n_cls, merged, overlap, mp)
+            loss = _loss(xr, c, n_cls, T, merged, overlap, mp)
             if loss < best * (1 - 1e-9):
                 best, x, R, cls = loss, xr, r, c
     else:
         x = _fit_params(T, cls, n_cls, merged, overlap)
-    a, b, oc, ol = _unpack(x, n_cls, merged)
-    a, b = [float(v) for v in a], float(b)
+    a, b, oc, ol, om = _unpack(x, n_cls, merged, mp)
+    a, b, om = [float(v) for v in a], float(b), float(om)
     if merged:
         total, L = float(oc), float(T.layers[0])  # o_call + L·o_layer at the one layer count
         base_total = base.per_call_overhead_s + L * base.per_layer_overhead_s
@@ -294,6 +310,7 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
              "overhead_split": not merged}
     if multi_row:
         ident["multi_row_bandwidth_fraction"] = bool((mem_side & (cls == 1)).any())
+        ident["multi_position_overhead"] = mp
     if not ident["compute_fraction"]:  # keep base f_c unless that would pull a fitted point to the compute side
         b = max(1.0, min(max(1.0 / base.compute_fraction, 1.0),
                          float(np.min(np.array(a)[cls] * T.memory_s / T.compute_s))))
@@ -308,7 +325,7 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     stack = StackProfile(name=name, description=description or f"calibrated on {hardware.name}",
                          bandwidth_fraction=min(1.0, 1.0 / a[0]), compute_fraction=min(1.0, 1.0 / b),
                          per_call_overhead_s=min(oc, 10.0), per_layer_overhead_s=min(ol, 1.0), provenance=prov,
-                         multi_row_min_rows=R, overlap=overlap)
+                         multi_row_min_rows=R, overlap=overlap, multi_position_overhead_s=min(om, 1.0))
     multi = min(1.0, 1.0 / a[1]) if multi_row else None
     pred = predict_times(stack, T_all, multi)
     return FitResult(stack=stack, fit_error=error_stats(pred[fit_i], T_all.time_s[fit_i]),
@@ -352,7 +369,7 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
     run = ("max(bytes/(f_bw*BW), FLOPs/(f_c*peak))" if s.overlap == "max" else
            "bytes/(f_bw*BW) + FLOPs/(f_c*peak)")
     head = [(f"Stack profile fitted by `specsim calibrate` (specsim/calibrate.py): time = {run} + o_call + "
-             "layers*o_layer"
+             "layers*o_layer" + (" + o_multi if P > 1" if s.multi_position_overhead_s else "")
              + (f"; passes of B*P >= {fit.stack.multi_row_min_rows} rows use multi_row_bandwidth_fraction for f_bw"
                 if fit.multi_row_bandwidth_fraction is not None else ""))]
     head += provenance_lines(fit, hardware, extra)
@@ -370,6 +387,8 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
         body.insert(4, f"multi_row_min_rows = {fit.stack.multi_row_min_rows}")
     if s.overlap != "max":
         body.insert(len(body) - 1, f"overlap = {json.dumps(s.overlap)}")
+    if s.multi_position_overhead_s:
+        body.insert(len(body) - 1, f"multi_position_overhead_s = {s.multi_position_overhead_s!r}")
     text = "".join(f"# {ln.replace(chr(10), ' ')}\n" for ln in head) + "\n".join(body) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

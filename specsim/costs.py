@@ -107,6 +107,8 @@ class CostModel:
         t_cmp = f / self._peak
         s = self.stack
         overhead = s.per_call_overhead_s + s.per_layer_overhead_s * layers
+        if positions > 1:
+            overhead += s.multi_position_overhead_s
         comm = self.comm_time_s(batch, positions)
         t_run = max(t_mem, t_cmp) if s.overlap == "max" else t_mem + t_cmp
         return PassCost(positions=positions, batch=batch, context=context,

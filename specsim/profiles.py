@@ -83,6 +83,9 @@ class StackProfile(_Strict):
     compute_fraction: float = Field(default=1.0, gt=0, le=1)
     per_call_overhead_s: float = Field(default=0.0, ge=0, le=10)
     per_layer_overhead_s: float = Field(default=0.0, ge=0, le=1)
+    # Added to every pass of more than one position per sequence: eager HF attention builds a causal mask and leaves
+    # SDPA's mask-free path once a pass has several query positions (fitted 1-5 ms on the 2-core CPU; calibrate.py)
+    multi_position_overhead_s: float = Field(default=0.0, ge=0, le=1)
     provenance: str = ""
 
 

@@ -312,3 +312,34 @@ def test_unknown_overlap_is_a_config_error():
     pts, hw = cpu_points(multi=None)
     with pytest.raises(ConfigError, match="overlap"):
         fit_stack(pts, hw, overlap="min")
+
+
+# --- a fixed cost for passes of several positions ------------------------------------------------------------
+
+@pytest.mark.parametrize("overlap", ["max", "sum"])
+def test_multi_row_fit_recovers_a_multi_position_overhead(overlap, tmp_path):
+    """Pass times with a fixed 4 ms on every pass of more than one position (what HF's causal mask costs a small
+    model on the CPU): the row-aware fit recovers it and every other parameter; without the term (one fraction, no
+    multi-row) the 2-position passes are missed, so the check can fail; the TOML carries it and the cost model
+    charges it to multi-position passes only."""
+    true = CPU_TRUE.model_copy(update={"overlap": overlap, "multi_position_overhead_s": 0.004})
+    pts, hw = cpu_points(multi=None, stack=true)
+    fit = fit_stack(pts, hw, multi_row=True, overlap=overlap)
+    assert fit.stack.multi_position_overhead_s == pytest.approx(0.004, rel=1e-5)
+    for k in PARAMS:
+        assert getattr(fit.stack, k) == pytest.approx(getattr(true, k), rel=1e-5), k
+    assert fit.identified["multi_position_overhead"] and fit.holdout_error["max_abs_pct"] < 1e-6
+    assert fit_stack(pts, hw, overlap=overlap).holdout_error["max_abs_pct"] > 1
+    path = write_stack_toml(tmp_path / "mp.toml", fit, hw)
+    assert "o_multi if P > 1" in path.read_text()
+    loaded = load_stack(path)
+    assert loaded.multi_position_overhead_s == pytest.approx(0.004, rel=1e-5)
+    cm = fit.cost_model(pts[0].model, hw)
+    plain = fit.cost_model(pts[0].model, hw).pass_cost(1, 1, 0)
+    assert cm.pass_cost(1, 2, 0).overhead_time_s == pytest.approx(plain.overhead_time_s + 0.004, rel=1e-5)
+
+
+def test_multi_position_overhead_is_not_fitted_without_one_position_passes():
+    pts, hw = cpu_points(multi=None)
+    fit = fit_stack([p for p in pts if p.positions > 1], hw, multi_row=True)
+    assert fit.stack.multi_position_overhead_s == 0.0 and not fit.identified["multi_position_overhead"]

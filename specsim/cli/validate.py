@@ -107,7 +107,8 @@ def calibrate_cmd(
            ["per_call_overhead_s", s.per_call_overhead_s], ["per_layer_overhead_s", s.per_layer_overhead_s],
            ["multi_row_bandwidth_fraction", fit.multi_row_bandwidth_fraction],
            ["multi_row_min_rows", fit.stack.multi_row_min_rows if fit.multi_row_bandwidth_fraction else None],
-           ["overlap", s.overlap], ["fit median |err| %", fit.fit_error["median_abs_pct"]],
+           ["overlap", s.overlap], ["multi_position_overhead_s", s.multi_position_overhead_s],
+           ["fit median |err| %", fit.fit_error["median_abs_pct"]],
            ["hold-out median |err| %", fit.holdout_error["median_abs_pct"]],
            ["hold-out max |err| %", fit.holdout_error["max_abs_pct"]]])
 
