@@ -17,7 +17,6 @@ Writes experiments/results/hf_compare.{md,json}. Usage: .venv/bin/python experim
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
@@ -74,8 +73,7 @@ def main() -> None:
     import transformers
 
     from specsim.executor.fetch import cached_model_dir
-    from specsim.executor.kernels import kernel_scope
-    from specsim.executor.measure import hf_assisted
+    from specsim.executor.measure import hf_kinds, paired_hf_round
     from specsim.executor.record import load_prompts
     from specsim.executor.sampling import SamplingConfig
     from specsim.executor.sources import hf_source
@@ -92,34 +90,21 @@ def main() -> None:
     greedy = SamplingConfig(temperature=0.0)
     ours = SpeculativeDecoder(target, draft, args.gamma, greedy, timing=False)
     log = PassLog({"target": target.model, "draft": draft.model})
-    kinds = ["ours", "hf"] + (["hf_same_kernels"] if kernels != "stock" else [])
+    kinds = hf_kinds(kernels)
     pairs = [("ours", k) for k in kinds[1:]]
 
-    def run(kind: str, i: int) -> tuple[float, list[int] | None]:
-        if kind == "ours":
-            t0 = time.perf_counter()
-            toks = ours.generate(prompts[i], args.tokens, seed=i).tokens
-            return time.perf_counter() - t0, toks
-        with kernel_scope(kernels) if kind == "hf_same_kernels" else contextlib.nullcontext():
-            return hf_assisted(target, draft, [prompts[i]], args.gamma, args.tokens, greedy, seed=i, repeats=1,
-                               warmup=0)["walltime_s"], None
-
     with torch.inference_mode():
-        for i in range(len(prompts)):   # warm-up
-            for kind in kinds:
-                run(kind, i)
+        paired_hf_round(ours, prompts, args.tokens)   # warm-up
         log.take()
         rounds, tokens = [], []
         for r in range(args.rounds):
-            wall = {k: 0.0 for k in kinds}
             passes: dict = {k: [] for k in kinds}
-            for i in range(len(prompts)):
-                for kind in (kinds if (r + i) % 2 == 0 else kinds[::-1]):   # ABBA over prompts and rounds
-                    t, toks = run(kind, i)
-                    wall[kind] += t
-                    passes[kind].append(log.take())
-                    if toks is not None:
-                        tokens.append((i, toks))
+
+            def after(kind, i, toks, passes=passes):
+                passes[kind].append(log.take())
+                if toks is not None:
+                    tokens.append((i, toks))
+            wall = {k: v["walltime_s"] for k, v in paired_hf_round(ours, prompts, args.tokens, r, after).items()}
             rnd = {}
             for kind in kinds:
                 ps = passes[kind]

@@ -20,9 +20,9 @@ Usage: .venv/bin/python experiments/validate_cpu.py [--pairs qwen,smollm] [--qui
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import datetime as dt
+import itertools
 import json
 import os
 import statistics
@@ -63,8 +63,7 @@ def run_pair(key: str, cfg: dict, args) -> dict:
 
     from specsim import profiles
     from specsim.executor.fetch import cached_model_dir
-    from specsim.executor.kernels import kernel_scope
-    from specsim.executor.measure import hf_assisted
+    from specsim.executor.measure import hf_kinds, paired_hf_round
     from specsim.executor.record import load_prompts
     from specsim.executor.sampling import SamplingConfig
     from specsim.executor.sources import BigramDraft, hf_source
@@ -93,35 +92,18 @@ def run_pair(key: str, cfg: dict, args) -> dict:
 
     gamma = cfg.get("gamma") or args.gamma
     ours_default = SpeculativeDecoder(target, draft, gamma, greedy, timing=False)  # clips γ at the end, as HF
-    kinds = ["ours", "hf"] + (["hf_same_kernels"] if target.kernels != "stock" else [])
-    rounds_done = [0]
-
-    def run_one(kind: str, i: int, tokens: int) -> tuple[float, int]:
-        if kind == "ours":
-            t0 = time.perf_counter()
-            n = len(ours_default.generate(prompts[i], tokens, seed=i).tokens)
-            return time.perf_counter() - t0, n
-        with kernel_scope(target.kernels) if kind == "hf_same_kernels" else contextlib.nullcontext():
-            h = hf_assisted(target, draft, [prompts[i]], gamma, tokens, greedy, seed=i, repeats=1, warmup=0)
-        return h["walltime_s"], h["new_tokens"]
+    kinds = hf_kinds(target.kernels)
+    rounds_done = itertools.count()
 
     def hf_round():
-        """Right after the round's validation runs, per prompt and back to back in alternating (ABBA) order so the
-        machine's drift hits all alike: our executor as shipped (γ clipped on the last step, like HF), HF's
-        assisted generation on its stock kernels, and HF with our kernels switched on (the two loops alone)."""
-        r, rounds_done[0] = rounds_done[0], rounds_done[0] + 1
-        wall, new = dict.fromkeys(kinds, 0.0), dict.fromkeys(kinds, 0)
-        for i in range(len(prompts)):
-            for kind in (kinds if (r + i) % 2 == 0 else kinds[::-1]):
-                t, n = run_one(kind, i, cfg["tokens"])
-                wall[kind] += t
-                new[kind] += n
-        return {"ours_default_walltime_s": wall["ours"], "hf_walltime_s": wall["hf"], "hf_new_tokens": new["hf"],
-                **{f"{k}_walltime_s": wall[k] for k in kinds[2:]}}
+        """Right after the round's validation runs: our executor as shipped (γ clipped on the last step, like HF)
+        against HF's assisted generation, per prompt back to back in ABBA order (`paired_hf_round`)."""
+        w = paired_hf_round(ours_default, prompts, cfg["tokens"], next(rounds_done))
+        return {"ours_default_walltime_s": w["ours"]["walltime_s"], "hf_walltime_s": w["hf"]["walltime_s"],
+                "hf_new_tokens": w["hf"]["new_tokens"], **{f"{k}_walltime_s": w[k]["walltime_s"] for k in kinds[2:]}}
 
-    if use_hf:
-        for kind in kinds:   # HF's first generate call pays one-off set-up; keep it out of round 0
-            run_one(kind, 0, 4)
+    if use_hf:   # HF's first generate call pays one-off set-up; keep it out of round 0
+        paired_hf_round(ours_default, prompts[:1], 4)
 
     res = validate_pair(target, draft, prompts, hardware=hw, target_profile=profile_of_source(str(tdir), target),
                         draft_profile=dprof, gamma=gamma, max_new_tokens=cfg["tokens"], sampling=greedy,

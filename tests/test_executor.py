@@ -426,3 +426,20 @@ def test_cli_bad_source_is_one_line_error(tmp_path, capsys):
                "--out", str(tmp_path / "t.parquet"), "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("specsim: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_paired_hf_round_times_every_kind_per_prompt_in_abba_order(pair):
+    """ours and HF's assisted generation (and HF on our kernels when ours are not stock) run per prompt back to
+    back, the order flipping from prompt to prompt and round to round; our tokens are what the decoder emits."""
+    from specsim.executor.measure import hf_kinds, paired_hf_round
+    target, draft = pair
+    assert hf_kinds("stock") == ["ours", "hf"] and hf_kinds("packed") == ["ours", "hf", "hf_same_kernels"]
+    ours = SpeculativeDecoder(target, draft, 2, GREEDY, timing=False)
+    prompts = [[1, 2, 3], [4, 5, 6, 7]]
+    order = []
+    res = paired_hf_round(ours, prompts, 6, round_index=1, after=lambda k, i, toks: order.append((k, i, toks)))
+    assert [(k, i) for k, i, _ in order] == [("hf", 0), ("ours", 0), ("ours", 1), ("hf", 1)]
+    for k, i, toks in order:
+        assert (toks == ours.generate(prompts[i], 6, seed=i).tokens) if k == "ours" else toks is None
+    assert set(res) == {"ours", "hf"} and res["ours"]["new_tokens"] == 12 == res["hf"]["new_tokens"]
+    assert all(v["walltime_s"] > 0 for v in res.values())

@@ -7,10 +7,12 @@ torch.inference_mode (CUDA is synchronized before each clock read, so a time cov
 - `sampling_overhead`: adjust + sample γ drafts, accept/reject, residual: the executor's per-step bookkeeping.
 - `end_to_end`: walltime of speculative vs plain decoding of the same prompts, with the step statistics.
 - `hf_assisted`: the same prompts through Hugging Face's assisted generation, so our/HF walltime can be recorded.
+- `paired_hf_round`: ours and HF timed per prompt back to back in ABBA order (validate_cpu, hf_compare).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import time
@@ -205,3 +207,38 @@ def compare_with_hf(target: Source, draft: Source, prompts: Sequence[Sequence[in
     ours = end_to_end(target, draft, prompts, gamma, max_new_tokens, sampling, seed, repeats, warmup)
     hf = hf_assisted(target, draft, prompts, gamma, max_new_tokens, sampling, seed, repeats, warmup)
     return {"ours": ours, "hf": hf, "ours_over_hf": ours["spec_walltime_s"] / hf["walltime_s"]}
+
+
+def hf_kinds(kernels: str) -> list[str]:
+    """What a paired round times: our executor, HF's assisted generation on its stock kernels, and — when ours are
+    not stock — HF with our kernels switched on too (the two loops alone, on the same passes)."""
+    return ["ours", "hf"] + (["hf_same_kernels"] if kernels != "stock" else [])
+
+
+def paired_hf_round(ours: SpeculativeDecoder, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                    round_index: int = 0, after: Callable | None = None) -> dict:
+    """One round of ours against HF: per prompt, every kind of `hf_kinds` back to back in alternating (ABBA) order
+    over prompts and rounds, so the shared machine's drift hits all alike. Same prompts, seeds, γ and sampling on
+    both sides. `after(kind, i, tokens)` runs after each timed run (tokens: ours only, else None).
+    Returns {kind: {"walltime_s": summed over the prompts, "new_tokens": ...}}."""
+    from specsim.executor.kernels import kernel_scope
+    tgt, dft = ours.target, ours.draft
+    kinds = hf_kinds(tgt.kernels)
+    out = {k: {"walltime_s": 0.0, "new_tokens": 0} for k in kinds}
+    for i, prompt in enumerate(prompts):
+        for kind in (kinds if (round_index + i) % 2 == 0 else kinds[::-1]):
+            toks = None
+            if kind == "ours":
+                t0 = time.perf_counter()
+                toks = ours.generate(prompt, max_new_tokens, seed=i).tokens
+                t, n = time.perf_counter() - t0, len(toks)
+            else:
+                with kernel_scope(tgt.kernels) if kind == "hf_same_kernels" else contextlib.nullcontext():
+                    h = hf_assisted(tgt, dft, [prompt], ours.gamma, max_new_tokens, ours.sampling, seed=i,
+                                    repeats=1, warmup=0)
+                t, n = h["walltime_s"], h["new_tokens"]
+            out[kind]["walltime_s"] += t
+            out[kind]["new_tokens"] += n
+            if after is not None:
+                after(kind, i, toks)
+    return out
