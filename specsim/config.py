@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Policy = Literal["fixed", "optimal", "heuristic", "oracle"]
 LengthDist = Literal["fixed", "uniform"]
 Engine = Literal["simpy", "fast", "auto"]
+EngineProfile = Literal["specsim", "hf-assisted", "vllm-v1"]
 
 
 class SimConfig(BaseModel):
@@ -64,6 +65,29 @@ class SimConfig(BaseModel):
     engine: Engine = Field(default="simpy", description="'simpy' = the discrete-event engine of record; 'fast' = "
                            "the vectorized batch-1 path (closed loop, batch 1 only); 'auto' = fast when eligible")
 
+    # engine profile: how a serving engine schedules a step (specsim.engine_profiles); vLLM's flag names
+    engine_profile: EngineProfile = Field(default="specsim", description="'specsim' = specsim's own engine: one "
+                                          "draft-then-verify iteration over the batch, prefill stalling it; "
+                                          "'hf-assisted' = Hugging Face assisted generation at batch 1 (prefill "
+                                          "fused into round 1, draft re-fed 2 positions every round); 'vllm-v1' = "
+                                          "vLLM's V1 scheduler: token budget, chunked prefill mixed with decodes, "
+                                          "KV blocks, preemption")
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="vllm-v1: running requests per "
+                                     "step (default 256)")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 22, description="vllm-v1: token budget "
+                                               "per step (default: vLLM's rule for the device, 2048 / 8192 / 16384)")
+    block_size: int | None = Field(default=None, ge=1, le=4096, description="vllm-v1: KV block size in tokens "
+                                   "(default 16; vLLM's CPU backend uses 128)")
+    num_gpu_blocks: int | None = Field(default=None, ge=1, le=1 << 40, description="vllm-v1: KV blocks in the pool, "
+                                       "as the engine reports them (default: from device memory)")
+    long_prefill_token_threshold: int = Field(default=0, ge=0, le=1 << 22, description="vllm-v1: cap on one "
+                                              "request's prefill chunk when others wait (0 = off)")
+    step_table_target: str | None = Field(default=None, description="vllm-v1: CSV tokens,time_s of the target's "
+                                          "measured step times (from a vLLM per-step log without speculation) "
+                                          "instead of the roofline")
+    step_table_draft: str | None = Field(default=None, description="vllm-v1: the draft's step table, as "
+                                         "step_table_target")
+
     @model_validator(mode="after")
     def _one_acceptance_source(self) -> "SimConfig":
         if (self.alpha is None) == (self.trace is None):
@@ -72,4 +96,11 @@ class SimConfig(BaseModel):
             raise ValueError("give at most one of rate and arrivals_csv")
         if self.fixed_c is not None and (self.measured_target is not None or self.measured_draft is not None):
             raise ValueError("give at most one of fixed_c and measured_target / measured_draft")
+        vllm_only = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "step_table_target",
+                     "step_table_draft")
+        if self.engine_profile != "vllm-v1":
+            given = [k for k in vllm_only if getattr(self, k) is not None] + \
+                (["long_prefill_token_threshold"] if self.long_prefill_token_threshold else [])
+            if given:
+                raise ValueError(f"--{given[0].replace('_', '-')} belongs to --engine-profile vllm-v1")
         return self

@@ -21,12 +21,10 @@ from functools import lru_cache
 import numpy as np
 from pydantic import ValidationError
 
-from specsim import theory
+from specsim import engine_profiles, theory
 from specsim.acceptance import ORACLE_CAP, Acceptance
 from specsim.config import SimConfig
-from specsim.engine import run_engine
 from specsim.errors import ConfigError
-from specsim.fastpath import eligible, run_fast
 from specsim.metrics import Records, acceptance_metrics, latency_metrics, step_metrics
 from specsim.policies import make_policy
 from specsim.steptime import Memory, StepCosts
@@ -107,17 +105,11 @@ def simulate(cfg: SimConfig) -> SimResult:
         mem_base = Memory([target], 0)
         worst = int(np.argmax(mem_spec.request_bytes(wl.prompt_len, wl.output_len)))
         mem_spec.check_one(int(wl.prompt_len[worst]), int(wl.output_len[worst]))
-    fast = cfg.engine == "fast" or (cfg.engine == "auto" and eligible(wl, cfg.replicas))
-    if fast:
-        if not eligible(wl, cfg.replicas):
-            raise ConfigError("the fast path simulates closed-loop batch 1 only", field="engine", value="fast",
-                              allowed="simpy or auto, or batch 1 without rate / arrivals_csv / replicas")
-        spec, base = run_fast(wl, costs, acc, policy), run_fast(wl, costs)
-    else:
-        spec = run_engine(wl, costs, acc, policy, mem_spec, cfg.replicas)
-        base = run_engine(wl, costs, None, None, mem_base, cfg.replicas)
+    profile = engine_profiles.get(cfg.engine_profile)
+    spec, base, extra = profile.run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base)
     summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem_spec)
-    summary["engine"] = "fast" if fast else "simpy"
+    summary["engine_profile"] = cfg.engine_profile
+    summary.update(extra)
     return SimResult(cfg, summary, wl, spec, base)
 
 

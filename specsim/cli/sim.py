@@ -40,6 +40,20 @@ def simulate_cmd(
                                               help="draft pass times from a measured table, as --measured-target"),
     draft_catchup: bool = typer.Option(False, "--draft-catchup", help="price the 2-position draft pass after a "
                                        "clean sweep (HF-style executors; matters on CPUs)"),
+    engine_profile: str | None = typer.Option(None, "--engine-profile", help="specsim (default) | hf-assisted | "
+                                              "vllm-v1: how the serving engine schedules a step"),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="vllm-v1: running requests per step"),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
+                                                      help="vllm-v1: token budget per step"),
+    block_size: int | None = typer.Option(None, "--block-size", help="vllm-v1: KV block size, tokens"),
+    num_gpu_blocks: int | None = typer.Option(None, "--num-gpu-blocks", help="vllm-v1: KV blocks in the pool, as "
+                                              "the engine reports them"),
+    long_prefill_token_threshold: int | None = typer.Option(None, "--long-prefill-token-threshold",
+                                                            help="vllm-v1: cap on one prefill chunk (0 = off)"),
+    step_table_target: str | None = typer.Option(None, "--step-table-target", metavar="CSV",
+                                                 help="vllm-v1: target step times (tokens,time_s) from vLLM's log"),
+    step_table_draft: str | None = typer.Option(None, "--step-table-draft", metavar="CSV",
+                                                help="vllm-v1: draft step times (tokens,time_s)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Simulate speculative decoding and its paired no-speculation baseline."""
@@ -53,7 +67,11 @@ def simulate_cmd(
                       requests=requests, prompt_len=prompt_len, output_len=output_len, length_dist=length_dist,
                       seed=seed, stack=stack, tp=tp, replicas=replicas, lenience=lenience, fixed_c=fixed_c,
                       slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, engine=engine, measured_target=measured_target,
-                      measured_draft=measured_draft, draft_catchup=draft_catchup or None)
+                      measured_draft=measured_draft, draft_catchup=draft_catchup or None,
+                      engine_profile=engine_profile, max_num_seqs=max_num_seqs,
+                      max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+                      num_gpu_blocks=num_gpu_blocks, long_prefill_token_threshold=long_prefill_token_threshold,
+                      step_table_target=step_table_target, step_table_draft=step_table_draft)
     r = run(cfg)
     if json_out:
         emit_json(r)

@@ -1,0 +1,1 @@
+"""Readers of reference engines outputs (vLLM): torch-free, tested on committed fixtures."""

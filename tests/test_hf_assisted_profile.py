@@ -1,0 +1,77 @@
+"""The hf-assisted engine profile does what transformers' assisted generation does (batch 1): prefill fused into
+round 1, the draft re-fed 2 positions every later round, γ clipped at the end."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specsim.acceptance import Acceptance
+from specsim.engine_profiles import hf_assisted as hf
+from specsim.errors import ConfigError
+from specsim.simulate import make_config, run
+
+
+class _Rec:
+    """A cost model that records the passes asked of it (1 ms per position)."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, []
+
+    def pass_cost(self, batch, positions, context):
+        self.calls.append((positions, context))
+        return SimpleNamespace(time_s=1e-3 * positions, bytes=0.0, flops=0.0)
+
+
+def _rounds(alpha, P, out, G):
+    t, d = _Rec("t"), _Rec("d")
+    rounds = hf._request(0, P, out, G, hf._Passes(t), hf._Passes(d), Acceptance(alpha=alpha, seed=1))
+    return rounds, t.calls, d.calls
+
+
+def test_round_one_fuses_the_prefill_and_later_rounds_refeed_two_positions():
+    rounds, t, d = _rounds(0.0, P=10, O=4, G=3)  # α = 0: every round accepts nothing and emits 1 token
+    assert len(rounds) == 4 - 0  # 1 token per round
+    assert t[0] == (13, 0)  # one target pass over the prompt and the 3 candidates
+    assert d[:3] == [(10, 0), (1, 10), (1, 11)]  # the draft's generate over the prompt, then γ − 1 single passes
+    assert d[3] == (2, 9)  # round 2 (11 tokens so far): the cache cropped to 9, 2 positions re-fed
+    assert t[1] == (3, 10)  # γ clipped to min(3, 14 − 11 − 1) = 2: verification of 3 positions
+
+
+def test_gamma_is_clipped_at_the_end():
+    rounds, t, d = _rounds(1.0 - 1e-12, P=10, O=5, G=3)  # every draft accepted
+    assert [r[3] for r in rounds] == [3, 0]  # round 1 emits 4 tokens; then γ = min(3, 15 − 14 − 1) = 0
+    assert t[-1] == (1, 13)  # the last round is a plain one-position target pass
+    assert sum(r[4] + 1 for r in rounds) == 5
+
+
+def _cfg(**kw):
+    base = dict(hardware="cpu-2core", target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", alpha=0.7, gamma=3,
+                batch=1, requests=12, prompt_len=20, output_len=24, seed=2, engine_profile="hf-assisted")
+    base.update(kw)
+    return make_config(**base)
+
+
+def test_every_request_gets_its_tokens_and_ttft_is_round_one():
+    r = run(_cfg())
+    assert r["engine"] == "hf-assisted"
+    assert r["output_tokens"] == 12 * 24
+    assert r["ttft_p50_s"] > r["baseline_ttft_p50_s"]  # round 1 = the prefill plus the draft's passes
+    assert r["speedup"] > 1.0
+
+
+def test_refuses_batches_and_adaptive_policies():
+    with pytest.raises(ConfigError, match="batch 1"):
+        run(_cfg(batch=2))
+    with pytest.raises(ConfigError, match="policy"):
+        run(_cfg(policy="heuristic"))
+
+
+def test_iid_tokens_per_round_follow_eq1_away_from_the_end():
+    from specsim import theory
+
+    r = run(_cfg(requests=200, output_len=400, alpha=0.6))
+    assert r["tokens_per_target_run"] == pytest.approx(float(theory.expected_tokens(0.6, 3)), rel=0.03)
+    assert np.isfinite(r["speedup_eq5"])

@@ -1,0 +1,138 @@
+"""The vllm-v1 engine profile: vLLM V1's scheduler physics (token budget, chunked prefill, KV blocks, preemption)
+and its agreement with the batch-1 engine where the two must agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specsim.acceptance import Acceptance
+from specsim.engine_profiles.step_costs import RooflinePricer, StepTable
+from specsim.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine
+from specsim.errors import ConfigError, DoesNotFitError
+from specsim.simulate import make_config, run
+from specsim.workload import Workload
+
+
+class _Linear:
+    """A step costs 10 ms + 1 ms per scheduled token (easy to reason about)."""
+
+    def price(self, new, ctx):
+        return 0.01 + 1e-3 * float(np.sum(new)), 0.0, 0.0
+
+
+def _wl(prompts, outputs, concurrency=None, arrivals=None):
+    n = len(prompts)
+    arr = np.full(n, np.nan) if arrivals is None else np.asarray(arrivals, float)
+    return Workload("closed" if arrivals is None else "poisson", arr, np.asarray(prompts, np.int64),
+                    np.asarray(outputs, np.int64), 256, concurrency if arrivals is None else None)
+
+
+def _engine(wl, k=0, alpha=0.8, **cfg):
+    acc = Acceptance(alpha=alpha, seed=3) if k else None
+    return VllmV1Engine(wl, VllmV1Config(**cfg), _Linear(), _Linear() if k else None, acc, k=k,
+                        blocks=cfg.get("num_gpu_blocks"))
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_token_budget_never_exceeded(k):
+    wl = _wl([300, 17, 90, 5, 250, 64, 33, 128], [20, 40, 7, 33, 12, 25, 9, 50], concurrency=5)
+    e = _engine(wl, k=k, max_num_batched_tokens=96)
+    e.run()
+    tokens = np.array([s[0] for s in e.scheduled])
+    assert tokens.max() <= 96
+    assert (tokens == 96).any()  # the budget binds somewhere, so the check above could fail
+    assert np.all(np.isfinite(e.finish))
+
+
+def test_long_prefill_is_chunked_across_steps():
+    wl = _wl([100], [4], concurrency=1)
+    e = _engine(wl, max_num_batched_tokens=32)
+    e.run()
+    assert [s[0] for s in e.scheduled[:4]] == [32, 32, 32, 4]  # 100 prompt tokens under a 32-token budget
+    assert e.first[0] == pytest.approx(sum(e.steps[j][1] for j in range(4)))  # first token at the 4th step's end
+
+
+def test_chunked_prefill_mixes_with_decodes():
+    wl = _wl([8, 200], [30, 5], arrivals=[0.0, 0.05])
+    e = _engine(wl, max_num_batched_tokens=64)
+    e.run()
+    mixed = [s for s in e.scheduled if s[1] == 2 and 0 < s[2] < s[0]]
+    assert mixed and all(s[0] <= 64 for s in mixed)  # one decode token + a prefill chunk in one step
+
+
+def test_preemption_exactly_when_the_pool_runs_out():
+    # two requests of 16 + 48 tokens: each holds ceil(63 / 16) = 4 blocks at its last step
+    wl = _wl([16, 16], [48, 48], concurrency=2)
+    enough = _engine(wl, block_size=16, num_gpu_blocks=8)
+    enough.run()
+    assert enough.preemptions == 0
+    short = _engine(wl, block_size=16, num_gpu_blocks=7)
+    rec = short.run()
+    assert short.preemptions >= 1
+    assert np.all(np.isfinite(rec.finish_s))  # the preempted request recomputes and finishes
+    with pytest.raises(DoesNotFitError):
+        _engine(wl, block_size=16, num_gpu_blocks=3)  # a single request can never fit
+
+
+def test_preemption_by_recompute_costs_a_second_prefill():
+    wl = _wl([16, 16], [48, 48], concurrency=2)
+    short = _engine(wl, block_size=16, num_gpu_blocks=7)
+    short.run()
+    prefill = sum(s[2] for s in short.scheduled)
+    assert prefill > 32  # both prompts once, plus the victim's prompt + output again
+
+
+def _batch1(profile, **kw):
+    return run(make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.75,
+                           gamma=3, batch=1, requests=6, prompt_len=64, output_len=40, seed=5,
+                           engine="simpy" if profile == "specsim" else None, engine_profile=profile, **kw))
+
+
+def test_concurrency_one_matches_the_batch1_engine():
+    """Same acceptance draws, same steps and (decode pricing alike up to the draft's first pass covering k + 1
+    tokens, which a memory-bound GPU pays for like one) the same TPOT; TTFT differs by the k − 1 one-token draft
+    passes vLLM runs in the prefill step."""
+    a, b = _batch1("specsim"), _batch1("vllm-v1")
+    assert a["tokens_per_target_run"] == b["tokens_per_target_run"]
+    assert a["tokens_per_run_hist"] == b["tokens_per_run_hist"]
+    assert b["target_runs"] == a["target_runs"] + 6  # vLLM counts the prefill step of each request too
+    assert b["tpot_p50_s"] == pytest.approx(a["tpot_p50_s"], rel=2e-3)
+    assert b["baseline_tpot_p50_s"] == pytest.approx(a["baseline_tpot_p50_s"], rel=1e-9)
+    assert b["ttft_p50_s"] > a["ttft_p50_s"]
+
+
+def test_vllm_profile_refuses_what_it_cannot_model():
+    with pytest.raises(ConfigError, match="policy"):
+        _batch1("vllm-v1", policy="heuristic")
+    with pytest.raises(ConfigError, match="replicas"):
+        _batch1("vllm-v1", replicas=2)
+    with pytest.raises(ConfigError, match="vllm-v1"):
+        make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.7,
+                    max_num_seqs=8)  # a vLLM knob without the vLLM profile
+
+
+def test_roofline_pricer_equals_the_uniform_pass():
+    from specsim import profiles as prof
+    from specsim.costs import CostModel
+
+    cm = CostModel(prof.model("llama-3.1-8b"), prof.hardware("h100-sxm"), prof.stack("pytorch-eager"))
+    t, b, f = RooflinePricer(cm).price(np.full(8, 4), np.full(8, 300))
+    p = cm.pass_cost(8, 4, 300)
+    assert (t, b, f) == pytest.approx((p.time_s, p.bytes, p.flops), rel=1e-12)
+    t2, *_ = RooflinePricer(cm).price(np.array([1, 1, 1, 1, 1, 1, 1, 25]), np.full(8, 300))
+    assert t2 > cm.pass_cost(8, 1, 300).time_s  # a prefill chunk in the step costs more than the decodes alone
+
+
+def test_step_table_interpolates_and_checks(tmp_path):
+    st = StepTable([1, 4, 16], [0.2, 0.25, 0.5])
+    assert st.time_at(2.5) == pytest.approx(0.225)
+    assert st.time_at(32) == pytest.approx(0.5 + 16 * 0.25 / 12)  # linear past the last knot
+    p = st.write_csv(tmp_path / "t.csv")
+    assert StepTable.read_csv(p).time_at(10) == pytest.approx(st.time_at(10))
+    (tmp_path / "bad.csv").write_text("tokens,time_s\n4,0.2\n2,0.3\n")
+    with pytest.raises(ConfigError, match="strictly increasing"):
+        StepTable.read_csv(tmp_path / "bad.csv")
+    (tmp_path / "nan.csv").write_text("tokens,time_s\n1,nan\n2,0.3\n")
+    with pytest.raises(ConfigError, match="not a number"):
+        StepTable.read_csv(tmp_path / "nan.csv")
