@@ -246,7 +246,8 @@ def measure_session(url: str, mname: str, points: list[dict], repeats: list[int]
                 with open(log, "rb") as fh:
                     fh.seek(off)
                     steps = [s.__dict__ for s in vr.parse_steps(fh.read().decode("utf-8", "replace"))]
-            d.update(mode=mname, repeat=rep, spec=vr.counter_delta(m0, m1), steps=steps, wall_clock=t0, **pt)
+            d.update(mode=mname, repeat=rep, spec=vr.counter_delta(m0, m1), steps=steps, wall_clock=t0,
+                     loadavg_1min_after=os.getloadavg()[0], **pt)  # how busy the shared machine was
             _write(f, d)
             s = vr.summarize_requests(d)
             print(f"{progress} {mname} {pt['point']} r{rep}: {s['output_throughput']:.2f} tok/s, "
