@@ -239,6 +239,26 @@ def _points(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _ngram(runs: list[dict]) -> list[dict]:
+    """Measured only (the profile does not model n-gram proposers yet): ngram over plain, paired per repeat."""
+    by = {(r["mode"], r["point"], r["repeat"]): r for r in runs}
+    out = []
+    for point in sorted({p for (m, p, _) in by if m == "ngram"}, key=lambda p: (p[0], float(p[1:]))):
+        thr, tpot, acc = [], [], []
+        for (m, p, rep), r in by.items():
+            if m == "ngram" and p == point and ("plain", p, rep) in by:
+                a, b = measured(by[("plain", p, rep)]), measured(r)
+                thr.append(b["throughput"] / a["throughput"])
+                tpot.append(a["tpot_p50"] / b["tpot_p50"])
+                s = vr.acceptance_summary(r["spec"]) if r.get("spec") else {}
+                acc.append(s.get("mean_acceptance_length") or float("nan"))
+        if thr:
+            out.append({"point": point, "repeats": len(thr), "speedup_throughput": float(np.median(thr)),
+                        "speedup_throughput_min": min(thr), "speedup_throughput_max": max(thr),
+                        "speedup_tpot": float(np.median(tpot)), "mean_acceptance_length": float(np.nanmedian(acc))})
+    return out
+
+
 def _break_even(points: list[dict], key: str) -> str:
     closed = sorted((p for p in points if p["loop"] == "closed"), key=lambda p: p["x"])
     for p in closed:
@@ -288,6 +308,7 @@ def analyze(out: Path) -> dict:
             if points and f"{e}_{key}" in points[0]:
                 v = np.array([abs(p[f"{e}_{key}"]) for p in points])
                 res[f"{pre}median_abs_err_{key}"], res[f"{pre}max_abs_err_{key}"] = float(np.median(v)), float(v.max())
+    res["ngram"] = _ngram(runs)
     res["break_even_measured"] = _break_even(points, "meas_speedup_throughput")
     res["break_even_predicted"] = _break_even(points, "pred_speedup_throughput")
     _write(out, res)

@@ -27,7 +27,7 @@ def plot(out: Path, res: dict) -> Path:
             lo = [p[f"meas_{key}"] - p[f"meas_{key}_min"] for p in ps]
             hi = [p[f"meas_{key}_max"] - p[f"meas_{key}"] for p in ps]
             ax.errorbar(x, med, yerr=[lo, hi], fmt="o", color=color, capsize=3, label=f"vLLM measured: {name}")
-            ax.plot(x, [p[f"pred_{key}"] for p in ps], "-", color=color, label=f"specsim vllm-v1: {name}")
+            ax.plot(x, [p[f"pred_{key}"] for p in ps], "-x", color=color, label=f"specsim vllm-v1: {name}")
         ax.axhline(res["speedup_eq5"], color="gray", ls=":", label=f"eq. (5), α={res['alpha_trace']:.2f}, "
                                                                      f"c={res['c']:.2f}")
         ax.axhline(1.0, color="black", lw=0.6)
@@ -109,6 +109,15 @@ def report(out: Path, res: dict) -> Path:
         for m in ("plain_ttft_p50_s", "plain_tpot_p50_s", "draft_ttft_p50_s", "draft_tpot_p50_s"):
             cells.append(f"{p['meas_' + m]:.3f} → {p['pred_' + m]:.3f} ({_pct(p['err_' + m])})")
         L.append(f"| {p['point']} | " + " | ".join(cells) + " |")
+    if res.get("ngram"):
+        L += ["", "n-gram proposer (`method: ngram`, k = 3, prompt_lookup 2–4), measured only — the vllm-v1 profile "
+              "does not model n-gram proposals yet:", "",
+              "| point | repeats | speedup (thr), median [min, max] | speedup (TPOT p50) | mean accept. length |",
+              "|---|---|---|---|---|"]
+        for p in res["ngram"]:
+            L.append(f"| {p['point']} | {p['repeats']} | {p['speedup_throughput']:.3f} "
+                     f"[{p['speedup_throughput_min']:.3f}, {p['speedup_throughput_max']:.3f}] | "
+                     f"{p['speedup_tpot']:.3f} | {p['mean_acceptance_length']:.2f} |")
     p = out / "vllm_cpu.md"
     p.write_text("\n".join(L) + "\n")
     return p

@@ -14,6 +14,10 @@ Rules, from the installed code (`transformers/generation/utils.py GenerationMixi
 - γ is clipped at the end: max_new_tokens of the draft = min(γ, max_length − cur_len − 1)
   (`_calculate_new_tokens`); at 0 the round has no draft passes and the target runs one position.
 - The baseline is plain `generate`: one prefill pass (token 0), then one position per step.
+- γ is the assistant's `num_assistant_tokens` with `num_assistant_tokens_schedule="constant"` and
+  `assistant_confidence_threshold=0`: HF's default threshold (0.4) stops a round's drafting as soon as the draft's
+  probability of its token falls below it, a dynamic γ this profile does not model.
+tests/test_hf_assisted_vs_transformers.py holds these rules against the installed transformers' own calls.
 
 Round 1's tokens are recorded as output token 0 plus a step row of n accepted at the same time, so τ and the
 acceptance metrics count the first round; one ITL gap per request is 0.
