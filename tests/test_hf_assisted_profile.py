@@ -32,7 +32,7 @@ def _rounds(alpha, P, out, G):
 
 
 def test_round_one_fuses_the_prefill_and_later_rounds_refeed_two_positions():
-    rounds, t, d = _rounds(0.0, P=10, O=4, G=3)  # α = 0: every round accepts nothing and emits 1 token
+    rounds, t, d = _rounds(0.0, P=10, out=4, G=3)  # α = 0: every round accepts nothing and emits 1 token
     assert len(rounds) == 4 - 0  # 1 token per round
     assert t[0] == (13, 0)  # one target pass over the prompt and the 3 candidates
     assert d[:3] == [(10, 0), (1, 10), (1, 11)]  # the draft's generate over the prompt, then γ − 1 single passes
@@ -41,7 +41,7 @@ def test_round_one_fuses_the_prefill_and_later_rounds_refeed_two_positions():
 
 
 def test_gamma_is_clipped_at_the_end():
-    rounds, t, d = _rounds(1.0 - 1e-12, P=10, O=5, G=3)  # every draft accepted
+    rounds, t, d = _rounds(1.0 - 1e-12, P=10, out=5, G=3)  # every draft accepted
     assert [r[3] for r in rounds] == [3, 0]  # round 1 emits 4 tokens; then γ = min(3, 15 − 14 − 1) = 0
     assert t[-1] == (1, 13)  # the last round is a plain one-position target pass
     assert sum(r[4] + 1 for r in rounds) == 5
