@@ -5,10 +5,14 @@ picture, max(bytes / bandwidth, FLOPs / peak); calibrated mode applies the softw
 achievable fractions and its fixed per-call and per-layer costs (and, for a stack whose `overlap` is "sum",
 adds the memory and compute times instead of taking the larger); measured mode (see
 `specsim.measured`) interpolates pass times a real run recorded.
+
+Tensor parallelism splits weights and FLOPs tp ways and adds two all-reduces per layer; `check_tp` refuses a
+degree the model's heads or the node cannot take (TP_RULE), and the KV cache per chip counts replicated KV heads.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,6 +20,65 @@ from specsim.errors import ConfigError, DoesNotFitError
 from specsim.profiles import IDEAL_STACK, HardwareProfile, ModelProfile, StackProfile
 
 Mode = Literal["ideal", "calibrated"]
+
+
+# --- tensor parallelism --------------------------------------------------------------------------------------
+
+# vLLM's rule (QKVParallelLinear, MergedColumnParallelLinear): query heads and the FFN split evenly; KV heads split
+# evenly too, or, when tp exceeds n_kv_heads, each chip holds one replica of a KV head (tp a multiple of n_kv_heads).
+# A group spans at most one node (HardwareProfile.chips_per_node).
+TP_RULE = "tp must divide n_heads and d_ff, and divide n_kv_heads or be a multiple of it (KV heads then replicated)"
+
+
+def _tp_problem(model: ModelProfile, tp: int) -> str | None:
+    if model.n_heads % tp:
+        return f"{tp} does not divide n_heads = {model.n_heads}"
+    if model.d_ff % tp:
+        return f"{tp} does not divide d_ff = {model.d_ff}"
+    if model.n_kv_heads % tp and tp % model.n_kv_heads:
+        return f"{tp} neither divides n_kv_heads = {model.n_kv_heads} nor is a multiple of it"
+    return None
+
+
+def valid_tp(model: ModelProfile, hardware: HardwareProfile) -> list[int]:
+    """Every tensor-parallel degree the model can be split into on one node of this hardware."""
+    return [t for t in range(1, hardware.chips_per_node + 1) if _tp_problem(model, t) is None]
+
+
+def check_tp(model: ModelProfile, hardware: HardwareProfile, tp) -> int:
+    """Refuse a tensor-parallel degree the model or the node cannot take (see TP_RULE), in one line; return it."""
+    try:
+        degree = operator.index(tp) if not isinstance(tp, bool) else 0
+    except TypeError:
+        degree = 0
+    if degree < 1:
+        raise ConfigError("tensor parallelism must be a positive integer", field="tp", value=tp, allowed=">= 1")
+    tp = degree
+    if tp > 1 and hardware.interconnect_bandwidth_gb_s is None:
+        raise ConfigError("tensor parallelism needs an interconnect", file=f"hardware profile {hardware.name}",
+                          field="interconnect_bandwidth_gb_s", value=None, allowed="set it to use --tp > 1")
+    if tp > hardware.chips_per_node:
+        raise ConfigError(f"tensor parallelism spans one node: {hardware.name} has chips_per_node = "
+                          f"{hardware.chips_per_node}", field="tp", value=tp, allowed=f"1..{hardware.chips_per_node}")
+    problem = _tp_problem(model, tp)
+    if problem:
+        ok = ", ".join(map(str, valid_tp(model, hardware)))
+        raise ConfigError(f"{model.name} cannot be split over {tp} chips: {problem}", field="tp", value=tp,
+                          allowed=f"{ok} on {hardware.name} ({TP_RULE})")
+    return tp
+
+
+def kv_heads_per_chip(model: ModelProfile, tp: int) -> int:
+    """KV heads each chip stores: n_kv_heads / tp, or one replicated head once tp >= n_kv_heads."""
+    return max(1, model.n_kv_heads // tp)
+
+
+def kv_bytes_per_token_per_chip(model: ModelProfile, tp: int) -> float:
+    """Self-attention K and V for one position on one chip of a tp group (replicated KV heads counted)."""
+    n_kv = getattr(model, "n_kv_heads", None)  # a weightless stand-in (measured.free_model) has none
+    if not n_kv:
+        return model.kv_bytes_per_token / tp
+    return model.kv_bytes_per_token * kv_heads_per_chip(model, tp) / n_kv
 
 
 @dataclass(frozen=True)
@@ -42,14 +105,11 @@ class CostModel:
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, stack: StackProfile | None = None,
                  tp: int = 1, cross_context: int = 0):
-        if tp < 1:
-            raise ConfigError("tensor parallelism must be a positive integer", field="tp", value=tp, allowed=">= 1")
-        if tp > 1 and hardware.interconnect_bandwidth_gb_s is None:
-            raise ConfigError("tensor parallelism needs an interconnect", file=f"hardware profile {hardware.name}",
-                              field="interconnect_bandwidth_gb_s", allowed="set it to use --tp > 1")
+        tp = check_tp(model, hardware, tp)
         self.model, self.hardware, self.tp = model, hardware, tp
         self.stack = stack or IDEAL_STACK
         self.cross_context = cross_context
+        self.kv_bytes_per_token_per_chip = kv_bytes_per_token_per_chip(model, tp)
         self._bw = hardware.bandwidth_bytes_s * self.stack.bandwidth_fraction
         self._bw_multi = hardware.bandwidth_bytes_s * (self.stack.multi_row_bandwidth_fraction
                                                        or self.stack.bandwidth_fraction)
@@ -64,12 +124,12 @@ class CostModel:
         m = self.model
         cross_context = self.cross_context if cross_context is None else cross_context
         weights = m.step_params * m.bytes_per_param
-        kv_read = batch * context * m.kv_bytes_per_token
-        kv_write = batch * positions * m.kv_bytes_per_token
-        # T5 decoders re-read the encoder's cross-attention K/V every step.
+        # per chip: each holds n_kv_heads / tp KV heads, or one replicated head when tp exceeds n_kv_heads
+        kv = batch * (context + positions) * self.kv_bytes_per_token_per_chip
+        # T5 decoders re-read the encoder's cross-attention K/V every step (full heads, split evenly).
         cross = batch * cross_context * 2 * m.n_layers * m.n_heads * m.head_dim * m.bytes_per_param \
             if m.architecture == "encoder-decoder" else 0.0
-        return (weights + kv_read + kv_write + cross) / self.tp
+        return (weights + cross) / self.tp + kv
 
     def pass_flops(self, batch: int, positions: int, context: int, cross_context: int | None = None) -> float:
         m = self.model
@@ -149,9 +209,9 @@ class CostModel:
 
     # --- memory --------------------------------------------------------------------------------
     def memory_bytes(self, batch: int, context: int) -> float:
-        """Per chip: all weights (encoder included) plus the KV cache for batch x context."""
-        m = self.model
-        return (m.weight_bytes + batch * context * m.kv_bytes_per_token) / self.tp
+        """Per chip: all weights (encoder included) split tp ways, plus the KV cache for batch x context (each
+        chip's share, replicated KV heads included)."""
+        return self.model.weight_bytes / self.tp + batch * context * self.kv_bytes_per_token_per_chip
 
 
 def check_fits(models: list[CostModel], batch: int, context: int) -> float:
@@ -161,8 +221,8 @@ def check_fits(models: list[CostModel], batch: int, context: int) -> float:
     used = sum(cm.memory_bytes(batch, context) for cm in models)
     if used > cap:
         parts = ", ".join(
-            f"{cm.model.name}: weights {cm.model.weight_bytes / cm.tp / 1e9:.2f} GB + KV "
-            f"{batch * context * cm.model.kv_bytes_per_token / cm.tp / 1e9:.2f} GB" for cm in models)
+            f"{cm.model.name}: weights {cm.memory_bytes(batch, 0) / 1e9:.2f} GB + KV "
+            f"{(cm.memory_bytes(batch, context) - cm.memory_bytes(batch, 0)) / 1e9:.2f} GB" for cm in models)
         raise DoesNotFitError(
             f"does not fit: needs {used / 1e9:.2f} GB per chip ({parts}) at batch {batch}, context {context}, "
             f"tp {models[0].tp}, but {hw.name} has {hw.memory_capacity_gb:g} GB; allowed: a larger --tp, a smaller "

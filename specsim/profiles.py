@@ -2,22 +2,23 @@
 
 Chip figures (datasheet) and software-stack figures (overheads, achievable fractions) live apart so
 each can be calibrated on its own. Model parameter counts are *derived* from architecture fields.
+Every schema is strict: numbers must be numbers (`"3350"` and `true` are refused, an integer is fine where a
+float is expected), floats must be finite, and cross-field rules bound what the fields may say together.
 """
 
 from __future__ import annotations
 
-import json
 import os
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specsim.errors import ConfigError
+from specsim.errors import ConfigError, FieldError, field_ranges, translate_validation_error
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HARDWARE_DIR = REPO_ROOT / "hardware_profiles"
@@ -29,9 +30,33 @@ DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 Overlap = Literal["max", "sum"]  # how a pass combines its memory and compute times (StackProfile.overlap)
 OVERLAPS: tuple[str, ...] = get_args(Overlap)
 
+# n_heads·head_dim / d_model. Decoder-only families keep the attention width near the residual width (Llama, Qwen2,
+# Mistral: 1; Gemma-7B 16·256/3072 = 1.33; Gemma-2-9B 1.14; Qwen3-0.6B 2); T5 treats d_kv as its own knob
+# (T5 v1.1 small 0.75, the original T5-3B 4 and T5-11B 16). Outside these bounds a field is almost surely a typo.
+ATTENTION_WIDTH_RATIO = {"decoder": (0.25, 4.0), "encoder-decoder": (0.25, 16.0)}
+# |derived / published_params - 1|. Published totals are rounded ("4B" has one significant figure: 3.5-4.5B) and
+# some count a table or a bias differently; the shipped profiles agree within 3.5% (tests/test_profiles.py holds
+# them to 3%). Beyond 15% the architecture fields and the published figure describe different models.
+PUBLISHED_PARAMS_TOLERANCE = 0.15
+
+PeakTflops = Annotated[float, Field(gt=0, le=1e6)]
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    # Smallest physical figure per field (beyond its `gt=0`): a bandwidth of 1e-300 GB/s is a typo that would
+    # turn every pass time into inf. "peak_tflops" applies to each dtype's entry.
+    _floors: ClassVar[dict[str, float]] = {}
+
+    @model_validator(mode="after")
+    def _above_floors(self):
+        for name, floor in self._floors.items():
+            v = getattr(self, name)
+            for key, x in (v.items() if isinstance(v, dict) else [(None, v)]):
+                if x is not None and x < floor:
+                    raise FieldError("below the smallest figure specsim models", field=name if key is None
+                                     else f"{name}.{key}", value=x, allowed=f">= {floor:g}")
+        return self
 
 
 class HardwareProfile(_Strict):
@@ -40,20 +65,16 @@ class HardwareProfile(_Strict):
     name: str
     description: str = ""
     kind: Literal["gpu", "tpu", "cpu"] = "gpu"
-    peak_tflops: dict[DType, float] = Field(description="dense peak per dtype, TFLOP/s")
+    peak_tflops: dict[DType, PeakTflops] = Field(min_length=1, description="dense peak per dtype, TFLOP/s")
     memory_bandwidth_gb_s: float = Field(gt=0, le=1e5)
     memory_capacity_gb: float = Field(gt=0, le=1e5)
     interconnect_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=1e5)
     interconnect_latency_us: float | None = Field(default=None, ge=0, le=1e4)
-    chips_per_node: int = Field(default=1, ge=1, le=1024)
+    chips_per_node: int = Field(default=1, ge=1, le=1024,
+                                description="chips one tensor-parallel group may span (a node, host or slice)")
     default_stack: str | None = Field(default=None, description="stack profile used in calibrated mode")
-
-    @model_validator(mode="after")
-    def _positive_peaks(self) -> "HardwareProfile":
-        for dtype, v in self.peak_tflops.items():
-            if not (v > 0):
-                raise ValueError(f"peak_tflops.{dtype} must be > 0, got {v}")
-        return self
+    _floors = {"peak_tflops": 1e-6, "memory_bandwidth_gb_s": 1e-3, "memory_capacity_gb": 1e-3,
+               "interconnect_bandwidth_gb_s": 1e-3}
 
     def peak_flops(self, dtype: str) -> float:
         if dtype not in self.peak_tflops:
@@ -87,6 +108,7 @@ class StackProfile(_Strict):
     # SDPA's mask-free path once a pass has several query positions (fitted 1-5 ms on the 2-core CPU; calibrate.py)
     multi_position_overhead_s: float = Field(default=0.0, ge=0, le=1)
     provenance: str = ""
+    _floors = {"bandwidth_fraction": 1e-4, "multi_row_bandwidth_fraction": 1e-4, "compute_fraction": 1e-4}
 
 
 IDEAL_STACK = StackProfile(name="ideal", description="idealized roofline: full peak, no overheads")
@@ -108,22 +130,45 @@ class ModelProfile(_Strict):
     vocab_size: int = Field(ge=1, le=10_000_000)
     ffn: Literal["gated", "plain"] = "gated"
     tied_embeddings: bool = False
-    learned_positions: int = Field(default=0, ge=0, description="rows of a learned position table")
+    learned_positions: int = Field(default=0, ge=0, le=10_000_000, description="rows of a learned position table")
     attention_bias: bool = False
     relative_position_projection: bool = Field(
         default=False, description="Transformer-XL relative positions (Gopher, Chinchilla): one d_model x "
                                    "n_heads*head_dim projection of the position embeddings per layer")
     dtype: DType = "bf16"
-    published_params: float | None = Field(default=None, gt=0, description="published total, for checks only")
+    published_params: float | None = Field(default=None, gt=0, le=1e15,
+                                           description="published total; must agree with the derived count "
+                                                       "within PUBLISHED_PARAMS_TOLERANCE")
 
     @model_validator(mode="after")
-    def _heads(self) -> "ModelProfile":
+    def _consistent(self) -> "ModelProfile":
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+            raise FieldError("n_heads must be a multiple of n_kv_heads (grouped-query attention)", field="n_kv_heads",
+                             value=self.n_kv_heads, allowed=f"a divisor of n_heads = {self.n_heads}")
         if self.architecture == "decoder" and self.n_encoder_layers:
-            raise ValueError("n_encoder_layers must be 0 for a decoder-only model")
+            raise FieldError("must be 0 for a decoder-only model", field="n_encoder_layers",
+                             value=self.n_encoder_layers, allowed="0, or architecture = 'encoder-decoder'")
         if self.architecture == "encoder-decoder" and not self.n_encoder_layers:
-            raise ValueError("an encoder-decoder model needs n_encoder_layers >= 1")
+            raise FieldError("an encoder-decoder model needs encoder layers", field="n_encoder_layers",
+                             value=self.n_encoder_layers, allowed=">= 1")
+        if self.head_dim > self.d_model:
+            raise FieldError("a head wider than the model", field="head_dim", value=self.head_dim,
+                             allowed=f"<= d_model = {self.d_model}")
+        lo, hi = ATTENTION_WIDTH_RATIO[self.architecture]
+        ratio = self._q_dim / self.d_model
+        if not lo <= ratio <= hi:
+            raise FieldError(f"n_heads·head_dim = {self._q_dim} is {ratio:.3g}× d_model = {self.d_model}",
+                             field="head_dim", value=self.head_dim,
+                             allowed=f"n_heads·head_dim between {lo:g}× and {hi:g}× d_model for a {self.architecture}"
+                                     f" model")
+        if self.published_params is not None:
+            err = self.total_params / self.published_params - 1
+            if abs(err) > PUBLISHED_PARAMS_TOLERANCE:
+                raise FieldError(f"the architecture fields give {self.total_params:,} parameters, "
+                                 f"{100 * err:+.0f}% off the published figure", field="published_params",
+                                 value=self.published_params,
+                                 allowed=f"within ±{PUBLISHED_PARAMS_TOLERANCE:.0%} of the derived count "
+                                         f"(fix the architecture fields, or the figure)")
         return self
 
     # --- derived sizes -------------------------------------------------------------------
@@ -195,107 +240,66 @@ class ModelProfile(_Strict):
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """Self-attention K and V for one position, all decoder layers."""
+        """Self-attention K and V for one position, all decoder layers (all chips together; see costs.py for TP)."""
         return 2 * self.n_layers * self._kv_dim * self.bytes_per_param
 
     @property
     def weight_bytes(self) -> float:
         return self.total_params * self.bytes_per_param
 
-    # --- construction from a Hugging Face config ------------------------------------------
     @classmethod
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> "ModelProfile":
-        """Build a profile from a Hugging Face `config.json` (Llama, Qwen2, Mistral, T5 families)."""
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        try:
-            cfg = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError("file not found", file=path) from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"not valid JSON ({e.msg} at line {e.lineno})", file=path) from None
-        model_type = cfg.get("model_type", "")
+        """Build a profile from a Hugging Face `config.json` or its folder (see `specsim.hf_import`)."""
+        from specsim.hf_import import profile_from_hf_config
 
-        def need(key: str):
-            if key not in cfg:
-                raise ConfigError("missing field in Hugging Face config", file=path, field=key,
-                                  allowed=f"a config of model_type {model_type!r} must define it")
-            return cfg[key]
+        return profile_from_hf_config(path, name)
 
-        name = name or cfg.get("_name_or_path") or path.parent.name
-        hf_dtypes = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-        dtype = hf_dtypes.get(cfg.get("torch_dtype", "bfloat16"), "bf16")
-        try:
-            if model_type == "t5":
-                d_model, n_heads = need("d_model"), need("num_heads")
-                return cls(name=name, description=f"from {path}", architecture="encoder-decoder",
-                           n_layers=cfg.get("num_decoder_layers") or need("num_layers"),
-                           n_encoder_layers=need("num_layers"), d_model=d_model, d_ff=need("d_ff"),
-                           n_heads=n_heads, n_kv_heads=n_heads, head_dim=need("d_kv"), vocab_size=need("vocab_size"),
-                           ffn="gated" if cfg.get("is_gated_act") or "gated" in cfg.get("feed_forward_proj", "")
-                           else "plain",
-                           tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), dtype=dtype)
-            if model_type in ("gpt2",):
-                d_model, n_heads = need("n_embd"), need("n_head")
-                return cls(name=name, description=f"from {path}", n_layers=need("n_layer"), d_model=d_model,
-                           d_ff=cfg.get("n_inner") or 4 * d_model, n_heads=n_heads, n_kv_heads=n_heads,
-                           head_dim=d_model // n_heads, vocab_size=need("vocab_size"), ffn="plain",
-                           tied_embeddings=True, learned_positions=need("n_positions"), attention_bias=True,
-                           dtype=dtype)
-            d_model, n_heads = need("hidden_size"), need("num_attention_heads")
-            return cls(name=name, description=f"from {path}", n_layers=need("num_hidden_layers"), d_model=d_model,
-                       d_ff=need("intermediate_size"), n_heads=n_heads,
-                       n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
-                       head_dim=cfg.get("head_dim") or d_model // n_heads, vocab_size=need("vocab_size"),
-                       ffn="gated", tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                       attention_bias=bool(cfg.get("attention_bias", model_type == "qwen2")), dtype=dtype)
-        except ValidationError as e:
-            raise _translate(e, path) from None
+
+# --- one-line errors --------------------------------------------------------------------------------
+
+_RANGES = {cls: field_ranges(cls) for cls in (HardwareProfile, StackProfile, ModelProfile)}
+_RANGES[HardwareProfile]["peak_tflops"] = "> 0 and <= 1000000.0 TFLOP/s per dtype"
+
+
+def _translate(err: ValidationError, file: str | Path | None, cls=None) -> ConfigError:
+    """pydantic's report as one line naming file, field (dotted), value and allowed range — never the whole dict."""
+    cls = cls or next((c for c in _RANGES if c.__name__ == err.title), None)
+    return translate_validation_error(err, file, schema=f"{cls.__name__} (specsim/profiles.py)" if cls else
+                                      "the schema", bounds=_RANGES.get(cls))
 
 
 # --- loading ----------------------------------------------------------------------------------
 
-def _translate(err: ValidationError, file: str | Path) -> ConfigError:
-    """Turn pydantic's report into one line naming file, field, value and allowed range."""
-    e = err.errors()[0]
-    field = ".".join(str(p) for p in e["loc"]) or None
-    kind = e["type"]
-    ctx = e.get("ctx", {})
-    allowed = None
-    if kind == "extra_forbidden":
-        return ConfigError("unknown field", file=file, field=field, allowed="see the schema in specsim/profiles.py")
-    if kind == "missing":
-        return ConfigError("required field is missing", file=file, field=field)
-    if "gt" in ctx or "ge" in ctx or "lt" in ctx or "le" in ctx:
-        lo = f"> {ctx['gt']}" if "gt" in ctx else (f">= {ctx['ge']}" if "ge" in ctx else "")
-        hi = f"< {ctx['lt']}" if "lt" in ctx else (f"<= {ctx['le']}" if "le" in ctx else "")
-        allowed = " and ".join(x for x in (lo, hi) if x)
-    elif "expected" in ctx:
-        allowed = str(ctx["expected"])
-    msg = e["msg"]
-    return ConfigError(msg, file=file, field=field, value=e.get("input") if kind != "missing" else None,
-                       allowed=allowed)
-
-
 def load_toml(path: str | Path) -> dict:
+    """A TOML file as a dict; a missing, unreadable, non-UTF-8 or malformed file is one ConfigError naming it."""
     path = Path(path)
     try:
         with path.open("rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError("file not found", file=path) from None
+        why = "file not found"
+    except IsADirectoryError:
+        why = "is a directory, not a TOML file"
+    except UnicodeDecodeError as e:
+        why = f"not a UTF-8 text file (byte {e.start})"
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"malformed TOML: {e}", file=path) from None
+        why = f"malformed TOML: {e}"
+    except (OSError, ValueError) as e:
+        why = f"cannot read the file ({type(e).__name__}: {e})"
+    raise ConfigError(why, file=path)
 
 
 def _load(cls, path: Path):
+    if path.is_dir() or path.suffix == ".json":
+        if cls is ModelProfile:
+            return ModelProfile.from_hf_config(path)
+        raise ConfigError(f"a {cls.__name__} is a TOML file", file=path, allowed="a .toml profile file")
     data = load_toml(path)
     data.setdefault("name", path.stem)
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        raise _translate(e, path) from None
+        raise _translate(e, path, cls) from None
 
 
 def _search_dirs(default: Path) -> list[Path]:
@@ -303,18 +307,54 @@ def _search_dirs(default: Path) -> list[Path]:
     return [Path(p) for p in extra.split(os.pathsep) if p] + [default]
 
 
+def is_path(name_or_path: str | Path) -> bool:
+    """A path contains a path separator or ends in .toml / .json; anything else is a profile name."""
+    text = str(name_or_path)
+    seps = [s for s in (os.sep, os.altsep, "/") if s]
+    return any(s in text for s in seps) or text.endswith((".toml", ".json"))
+
+
+def _stat(p: Path):
+    try:
+        return p.stat()
+    except (OSError, ValueError):  # missing, a name too long, an embedded NUL byte
+        return None
+
+
 def _resolve(name_or_path: str | Path, default_dir: Path, kind: str) -> Path:
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
-        if not p.exists():
-            raise ConfigError("file not found", file=p)
+    """Where a profile argument points, by one explicit rule.
+
+    - A *path* (contains a path separator, or ends in .toml / .json) is used as given, relative to the working
+      directory: it must exist; a directory is accepted only for a model, and only when it holds a Hugging Face
+      `config.json` (imported by `ModelProfile.from_hf_config`); a `.json` file is such a config.
+    - A bare *name* is looked up only on the profile search path: the folders in $SPECSIM_PROFILE_PATH
+      (os.pathsep-separated, first match wins), then the built-in folder. The working directory is never searched,
+      so an entry there named like a built-in profile (`mkdir llama-3.1-8b`) cannot hijack the name; give
+      `./NAME.toml` or `./FOLDER` to use such an entry.
+    """
+    if is_path(name_or_path):
+        p = Path(name_or_path)
+        st = _stat(p)
+        if st is None:
+            raise ConfigError(f"file not found (a {kind} path)", file=p)
+        if p.is_dir():
+            if kind != "model":
+                raise ConfigError(f"is a directory, not a {kind} profile", file=p,
+                                  allowed="a .toml profile file")
+            if _stat(p / "config.json") is None:
+                raise ConfigError("is a directory without a Hugging Face config.json", file=p,
+                                  allowed="a .toml profile file, or a folder holding config.json")
         return p
+    name = str(name_or_path)
     for d in _search_dirs(default_dir):
-        cand = d / f"{name_or_path}.toml"
-        if cand.exists():
+        cand = d / f"{name}.toml"
+        if name and _stat(cand) is not None and cand.is_file():
             return cand
     known = ", ".join(list_names(default_dir))
-    raise ConfigError(f"unknown {kind} profile", field=kind, value=str(name_or_path), allowed=known)
+    local = next((c for c in (name, f"{name}.toml") if name and _stat(Path(c)) is not None), None)
+    hint = f" (the working directory is not searched: give ./{local} to use that entry)" if local else ""
+    raise ConfigError(f"unknown {kind} profile{hint}", field=kind, value=name,
+                      allowed=f"{known}; or a path to a .toml file")
 
 
 def list_names(directory: Path) -> list[str]:
@@ -336,13 +376,16 @@ def load_model(name: str | Path) -> ModelProfile:
 
 
 class _Cache:
-    """Profiles are immutable; load each file once per process (sweeps load them thousands of times)."""
+    """Profiles are immutable; load each file once per process (sweeps load them thousands of times).
+
+    A path is keyed with its size and modification time too, so a file edited in place is read again."""
 
     def __init__(self):
         self._d: dict = {}
 
     def get(self, fn, name):
-        key = (fn.__name__, str(name))
+        st = _stat(Path(name)) if name is not None and is_path(name) else None
+        key = (fn.__name__, str(name), (st.st_mtime_ns, st.st_size) if st is not None else None)
         if key not in self._d:
             self._d[key] = fn(name)
         return self._d[key]
@@ -361,5 +404,3 @@ def stack(name: str | Path | None) -> StackProfile:
 
 def model(name: str | Path) -> ModelProfile:
     return _CACHE.get(load_model, name)
-
-

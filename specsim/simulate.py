@@ -43,7 +43,7 @@ def make_config(**kwargs) -> SimConfig:
             raise ConfigError(str(first["msg"]).removeprefix("Value error, ")) from None
         err = _translate(e, None)
         flag = "--" + str(err.field).replace("_", "-")
-        raise ConfigError(str(first["msg"]), field=flag, value=err.value, allowed=err.allowed) from None
+        raise ConfigError(err.message, field=flag, value=err.value, allowed=err.allowed) from None
 
 
 @dataclass
@@ -80,6 +80,9 @@ def _cost_model(model, hw, st, tp: int, measured: str | None, field: str):
         return CostModel(model, hw, st, tp=tp)
     import csv
 
+    from specsim.costs import check_tp
+
+    check_tp(model, hw, tp)
     from specsim.measured import MeasuredCosts
 
     if model.architecture == "encoder-decoder":

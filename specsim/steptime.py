@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from specsim.costs import CostModel, check_fits
+from specsim.costs import CostModel, check_fits, kv_bytes_per_token_per_chip
 from specsim.errors import DoesNotFitError
 
 CONTEXT_BUCKET = 16
@@ -223,7 +223,7 @@ class Memory:
         self.tp = cm0.tp
         self.capacity = cm0.hardware.memory_capacity_gb * 1e9
         self.weights = sum(cm.model.weight_bytes for cm in models) / self.tp
-        self.kv_per_token = sum(cm.model.kv_bytes_per_token for cm in models) / self.tp
+        self.kv_per_token = sum(kv_bytes_per_token_per_chip(cm.model, cm.tp) for cm in models)  # KV heads replicate
         self.cross_per_token = sum(2 * cm.model.n_layers * cm.model.n_heads * cm.model.head_dim
                                    * cm.model.bytes_per_param for cm in models
                                    if cm.model.architecture == "encoder-decoder") / self.tp

@@ -34,7 +34,38 @@ def _register_all() -> None:
 _register_all()
 
 
+def _given_value(opts: list[str], argv: list[str]) -> str | None:
+    """The value the user wrote for an option (`--x V` or `--x=V`, the last one wins), for the error line."""
+    found = None
+    for i, a in enumerate(argv):
+        for o in opts:
+            if a == o and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif a.startswith(o + "="):
+                found = a[len(o) + 1:]
+    return found
+
+
+def _usage_line(e, argv: list[str]) -> str:
+    """Click's message, plus the value given (click's parse errors leave it out) and what an option allows."""
+    msg = e.format_message()
+    param = getattr(e, "param", None)
+    opts = list(getattr(param, "opts", []) or []) + list(getattr(param, "secondary_opts", []) or [])
+    if opts and "(got " not in msg:
+        v = _given_value(opts, argv)
+        if v is not None:
+            msg += f" (got {v!r})"
+        cause = e.__cause__  # typer coerces with pydantic: its error says which kind of value was expected
+        kind = cause.errors()[0]["type"] if hasattr(cause, "errors") else ""
+        want = {"int_parsing": "an integer", "int_from_float": "an integer", "float_parsing": "a number",
+                "bool_parsing": "true or false"}.get(kind)
+        if want and "allowed:" not in msg:
+            msg += f"; allowed: {want}"
+    return " ".join(msg.split())
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         app(args=argv, standalone_mode=False)
     except SpecsimError as e:
@@ -47,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return (130)
     except Exception as e:  # click usage errors
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (or typer's vendored) usage errors
-            print(f"specsim: error: {e.format_message()}", file=sys.stderr)
+            print(f"specsim: error: {_usage_line(e, argv)}", file=sys.stderr)
             return (2)
         raise
     return (0)

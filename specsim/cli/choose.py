@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import typer
 
 from specsim.cli.output import emit_json
-from specsim.errors import ConfigError
+from specsim.acceptance import GAMMA_CAP
+from specsim.errors import ConfigError, check_range
+
+MAX_LEN = 10_000_000  # as SimConfig's prompt_len / output_len
+MAX_REQUESTS = 1_000_000  # per simulated point, and every γ of every load point runs that many
 
 
 def _parse_list(text: str | None, field: str, cast):
@@ -24,7 +30,7 @@ def _parse_list(text: str | None, field: str, cast):
 
 def _int(x: str) -> int:
     v = float(x)
-    if v != int(v):
+    if not math.isfinite(v) or v != int(v):  # nan, inf and fractions are not batch sizes
         raise ValueError(x)
     return int(v)
 
@@ -57,10 +63,11 @@ def choose_draft_cmd(
                                 ("--draft", draft, "NAME:ALPHA or NAME:TRACE_FILE, one or more")):
         if not value:
             raise ConfigError("missing option", field=opt, allowed=allowed)
-    for opt, v, lo in (("--prompt-len", prompt_len, 1), ("--output-len", output_len, 1), ("--seed", seed, 0),
-                       ("--requests", requests, 1)):
-        if v is not None and v < lo:
-            raise ConfigError("value out of range", field=opt, value=v, allowed=f">= {lo}")
+    for opt, v, lo, hi in (("--prompt-len", prompt_len, 1, MAX_LEN), ("--output-len", output_len, 1, MAX_LEN),
+                           ("--seed", seed, 0, 2**63 - 1), ("--requests", requests, 1, MAX_REQUESTS),
+                           ("--gamma-max", gamma_max, 1, GAMMA_CAP), ("--tp", tp, 1, 1024)):
+        if v is not None:
+            check_range(opt, v, lo=lo, hi=hi)
     res = choose_draft(hardware, target, draft, batches=_parse_list(batch, "--batch", _int),
                        rates=_parse_list(rate, "--rate", float), gamma_max=gamma_max, tp=tp, stack=stack,
                        prompt_len=prompt_len, output_len=output_len, requests=requests, seed=seed)

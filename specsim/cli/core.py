@@ -11,6 +11,13 @@ from specsim.cli.output import emit_json, table
 from specsim.cli.parse import int_list
 from specsim.errors import ConfigError, check_range
 
+# Bounds of the numeric options (each refused in one line beyond them): a cost ratio c above 1e6 or a γ above 1e6
+# is a typo, not a question; a batch or context beyond these is no device's.
+MAX_C = 1e6
+MAX_GAMMA = 1_000_000
+MAX_BATCH = 1_000_000
+MAX_CONTEXT = 100_000_000
+
 
 def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
     """List hardware, stack and model profiles with their key figures."""
@@ -22,6 +29,7 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
             "hardware": [{"name": h.name, "kind": h.kind, "peak_tflops": h.peak_tflops,
                           "memory_bandwidth_gb_s": h.memory_bandwidth_gb_s, "memory_capacity_gb": h.memory_capacity_gb,
                           "interconnect_bandwidth_gb_s": h.interconnect_bandwidth_gb_s,
+                          "chips_per_node": h.chips_per_node,
                           "default_stack": h.default_stack} for h in hw],
             "stacks": [s.model_dump() for s in st],
             "models": [{"name": m.name, "architecture": m.architecture, "params": m.total_params,
@@ -64,10 +72,11 @@ def theory_cmd(
     if alpha is None:
         raise ConfigError("missing option", field="--alpha", allowed="[0, 1); or use --table1")
     check_range("--alpha", alpha, lo=0, hi=1, hi_open=True)
-    check_range("--c", c, lo=0)
-    c_hat = c if c_hat is None else check_range("--c-hat", c_hat, lo=0)
-    if gamma is not None and gamma < 1:
-        raise ConfigError("draft length out of range", field="--gamma", value=gamma, allowed=">= 1 (integer)")
+    check_range("--c", c, lo=0, hi=MAX_C)
+    c_hat = c if c_hat is None else check_range("--c-hat", c_hat, lo=0, hi=MAX_C)
+    if gamma is not None and not 1 <= gamma <= MAX_GAMMA:
+        raise ConfigError("draft length out of range", field="--gamma", value=gamma,
+                          allowed=f">= 1 (integer) and <= {MAX_GAMMA}")
     g_opt = th.optimal_gamma(alpha, c)
     if gamma is None:
         gamma = g_opt
@@ -92,22 +101,23 @@ def theory_cmd(
 
 
 def roofline_cmd(
-    hardware: str = typer.Option(..., "--hardware", help="hardware profile name or TOML path"),
-    model: str = typer.Option(..., "--model", help="model profile name or TOML path"),
+    hardware: str = typer.Option(..., "--hardware", help="hardware profile name, or a path to a TOML file"),
+    model: str = typer.Option(..., "--model", help="model profile name, or a path to a TOML file or a Hugging "
+                                                   "Face config folder"),
     batch: int = typer.Option(1, "--batch"),
     positions: str = typer.Option("1,2,4,8,16,32,64,128,256", "--positions", help="comma-separated"),
     context: int = typer.Option(0, "--context", help="KV entries already cached"),
-    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree (divides the heads; at most chips_per_node)"),
     stack: Optional[str] = typer.Option("ideal", "--stack", help="'ideal', 'default' or a stack profile"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pass time against positions for one model on one device (the paper's Figure 1)."""
     from specsim.costs import CostModel, check_fits
 
-    check_range("--batch", batch, lo=1)
-    check_range("--context", context, lo=0)
-    check_range("--tp", tp, lo=1)
-    pos = int_list(positions, "--positions")
+    check_range("--batch", batch, lo=1, hi=MAX_BATCH)
+    check_range("--context", context, lo=0, hi=MAX_CONTEXT)
+    check_range("--tp", tp, lo=1, hi=1024)
+    pos = int_list(positions, "--positions", hi=MAX_CONTEXT)
     hw, m = prof.hardware(hardware), prof.model(model)
     st = prof.stack(hw.default_stack if stack == "default" else stack)
     cm = CostModel(m, hw, st, tp=tp)

@@ -38,8 +38,8 @@ class RooflinePricer:
         T = float(new.sum())
         if T <= 0:
             return 0.0, 0.0, 0.0
-        kv = m.kv_bytes_per_token
-        b = (m.step_params * m.bytes_per_param + float(ctx.sum()) * kv + T * kv) / cm.tp
+        kv = cm.kv_bytes_per_token_per_chip  # per chip, replicated KV heads counted (as CostModel.pass_bytes)
+        b = m.step_params * m.bytes_per_param / cm.tp + (float(ctx.sum()) + T) * kv
         keys = ctx + (new + 1.0) / 2.0  # as CostModel.pass_flops: context + causal half of the new tokens
         attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * float((keys * new).sum())
         f = (2.0 * m.matmul_params_per_token * T + attn) / cm.tp

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.costs import kv_bytes_per_token_per_chip
 from specsim.errors import DoesNotFitError
 from specsim.metrics import Records
 
@@ -269,7 +270,7 @@ def pool_blocks(cfg: VllmV1Config, cost_models: list, spec: bool) -> int:
     cm0 = cms[0]
     cap = cm0.hardware.memory_capacity_gb * 1e9 * GPU_MEMORY_UTILIZATION
     weights = sum(cm.model.weight_bytes for cm in cms) / cm0.tp
-    per_token = sum(cm.model.kv_bytes_per_token for cm in cms) / cm0.tp
+    per_token = sum(kv_bytes_per_token_per_chip(cm.model, cm.tp) for cm in cms)
     free = cap - weights
     if free <= 0:
         raise DoesNotFitError(f"does not fit: weights {weights / 1e9:.2f} GB per chip exceed "
