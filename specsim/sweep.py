@@ -5,23 +5,17 @@
     report = run_sweep(spec, "out/example")               # local processes; scheduler="tcp://..." for Dask
     df = pandas.read_parquet(report.results)
 
-The spec format is documented in `specsim.sweep_spec`, the output directory and resume rules in
-`specsim.sweep_run`, the plots in `specsim.plots`.
+The spec format is documented in `specsim.sweep_spec` (strict value types: `specsim.sweep_values`), the lazy
+grid and point ids in `specsim.sweep_grid`, the output directory and resume rules in `specsim.sweep_run` and
+`specsim.sweep_dir`, the backends in `specsim.sweep_backends`, the plots in `specsim.plots`.
 """
 
-from specsim.sweep_run import RESULTS, SweepReport, default_workers, run_chunk, run_sweep
-from specsim.sweep_spec import (
-    DEFAULT_POINT_FN,
-    SweepSpec,
-    canonical_json,
-    load_spec,
-    parse_spec,
-    point_id,
-    resolve_point_fn,
-    sweep_id,
-)
-from specsim.sweep_table import assemble, build_table
+from specsim.sweep_backends import MAX_WORKERS, default_workers, max_workers
+from specsim.sweep_grid import canonical_json, point_id
+from specsim.sweep_run import RESULTS, SweepInterrupted, SweepReport, failure_summary, run_chunk, run_sweep
+from specsim.sweep_spec import DEFAULT_POINT_FN, SweepSpec, load_spec, parse_spec, resolve_point_fn, sweep_id
+from specsim.sweep_table import build_table, write_results
 
-__all__ = ["DEFAULT_POINT_FN", "RESULTS", "SweepReport", "SweepSpec", "assemble", "build_table", "canonical_json",
-           "default_workers", "load_spec", "parse_spec", "point_id", "resolve_point_fn", "run_chunk", "run_sweep",
-           "sweep_id"]
+__all__ = ["DEFAULT_POINT_FN", "MAX_WORKERS", "RESULTS", "SweepInterrupted", "SweepReport", "SweepSpec",
+           "build_table", "canonical_json", "default_workers", "failure_summary", "load_spec", "max_workers",
+           "parse_spec", "point_id", "resolve_point_fn", "run_chunk", "run_sweep", "sweep_id", "write_results"]

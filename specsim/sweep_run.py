@@ -1,7 +1,8 @@
 """Run a sweep: points in chunks on local processes or a Dask cluster, results durable and resumable.
 
 Layout of the output directory DIR:
-- `manifest.json`   — the sweep's identity (point function + every point id); a rerun with another spec is refused;
+- `manifest.json`   — the sweep's identity (point function, grid, and the content hash of every profile and
+  data file the points read); a rerun with another spec is refused;
 - `spec.toml`       — a copy of the spec as first run;
 - `parts/part-NNNNNN.parquet` — one file per finished task (columns point, point_id, result JSON, error),
   each written to a temp file and renamed into place, so a SIGKILL loses only the tasks in flight;
@@ -9,33 +10,44 @@ Layout of the output directory DIR:
   fields, then the point function's outputs (lists/dicts as JSON strings; an output named like a config field
   gets the prefix `out_`), then `error` (the message of a SpecsimError the point raised, else null).
 A rerun reads the parts, skips every finished point and computes only the rest; since results are rebuilt from
-the stored JSON in point order, the final file is the same as an uninterrupted run's, bit for bit.
+the stored JSON in point order, the final file is the same as an uninterrupted run's, bit for bit. Damaged
+parts, a damaged manifest and edited profiles are handled as `specsim.sweep_dir` says, each with a note.
+
+The grid is streamed: points are built as their chunk is sent, so a sweep of millions of points starts at once
+and the coordinating process holds one bool per point. A lost cluster (or a killed worker process) stops the
+sweep with one line saying how to resume; the parts written so far are kept.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
-import os
+import shlex
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from pydantic import ValidationError
+
 from specsim.config import SimConfig
 from specsim.errors import ConfigError, SpecsimError
-from specsim.sweep_spec import SweepSpec, load_spec, resolve_point_fn, sweep_id
-from specsim.sweep_table import assemble
+from specsim.sweep_backends import BackendLost, check_workers, default_workers, make_backend, probe_scheduler
+from specsim.sweep_dir import PARTS, RESULTS, check_out_dir, open_dir, part_files, spec_sweep_id, write_atomic, \
+    write_part
+from specsim.sweep_spec import SweepSpec, load_spec, resolve_point_fn
+from specsim.sweep_table import write_results
 
-MANIFEST, SPEC_COPY, PARTS, RESULTS, LOCK = "manifest.json", "spec.toml", "parts", "results.parquet", ".lock"
-FORMAT = 1
 TARGET_TASK_S = 2.0  # adaptive chunks aim at this much work per task: the most a kill can lose per worker
 MAX_CHUNK = 10_000
+SHOWN_REASONS = 10
+
+__all__ = ["RESULTS", "SweepInterrupted", "SweepReport", "default_workers", "failure_summary", "run_chunk",
+           "run_sweep"]
 
 
 @dataclass
@@ -50,6 +62,8 @@ class SweepReport:
     wall_s: float
     workers: int
     backend: str
+    failures: dict[str, int] = field(default_factory=dict)  # reason -> points, most common first
+    notes: list[str] = field(default_factory=list)  # what a rerun found damaged or changed, and recomputed
     plots: list[str] = field(default_factory=list)
     plots_skipped: dict[str, str] = field(default_factory=dict)
 
@@ -57,11 +71,8 @@ class SweepReport:
         return asdict(self)
 
 
-def default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+class SweepInterrupted(SpecsimError):
+    """The backend went away mid-sweep; the message says what is kept and the command that resumes."""
 
 
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, scheduler: str | None = None,
@@ -71,8 +82,12 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, scheduler: s
 
     point_fn overrides the spec's `[run] point_fn` (a callable must be picklable: a module-level function).
     workers=1 without a scheduler runs in this process. chunk_size overrides the spec's (0 = adaptive).
+    With progress, a bar and the notes of a rerun go to stderr.
     """
     t0 = time.perf_counter()
+    out = Path(out_dir)
+    check_out_dir(out)  # before anything else: a bad --out costs nothing
+    n_workers = check_workers(workers)
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec, check_point_fn=point_fn is None)
     fn_ref: Callable | str = point_fn if point_fn is not None else spec.point_fn
@@ -81,192 +96,91 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, scheduler: s
         fn_name = fn_ref
     else:
         fn_name = f"{fn_ref.__module__}:{fn_ref.__qualname__}"
-    if workers is not None and workers < 1:
-        raise ConfigError("must be at least 1", field="--workers", value=workers)
     chunk = spec.chunk_size if chunk_size is None else chunk_size
-    sid = sweep_id(fn_name, spec.ids)
-    out = Path(out_dir)
-    lock = _open_dir(out, spec, sid, fn_name)
+    if scheduler:
+        probe_scheduler(scheduler)  # a wrong address is one line before DIR is touched
+    sid = spec_sweep_id(spec, fn_name)
+    opened = open_dir(out, spec, fn_name)
+    backend_name, slots = "none", 0
     try:
-        done, next_part = _finished(out / PARTS, spec)
-        pending = [i for i in range(len(spec)) if i not in done]
-        backend_name, n_workers = "none", 0
-        if pending:
-            backend = _backend(scheduler, workers or default_workers())
-            backend_name, n_workers = backend.name, backend.slots
+        for note in opened.notes if progress else ():
+            print(f"specsim: note: {note}", file=sys.stderr)
+        pending = np.flatnonzero(~opened.done)
+        if len(pending):
+            backend = make_backend(scheduler, n_workers)
+            backend_name, slots = backend.name, backend.slots
             try:
-                _compute(spec, pending, fn_ref, backend, out / PARTS, next_part, chunk, progress)
+                _compute(spec, pending, fn_ref, backend, out / PARTS, opened.next_part, chunk, progress)
+            except BackendLost as e:
+                raise SweepInterrupted(_lost_message(spec, out, scheduler, backend_name, e)) from None
+            except OSError as e:  # writing a part: a full disk, a directory gone
+                raise SweepInterrupted(f"cannot write in {out / PARTS} ({e.strerror or e}); the parts written "
+                                       f"so far are kept; resume with `{_resume(spec, out)}` once it is "
+                                       f"fixed") from None
             finally:
                 backend.close()
-        table = assemble(out / PARTS, spec, sid)
-        _write_atomic(out / RESULTS, lambda f: _write_parquet(table, f))
+        errors = write_results(part_files(out / PARTS), spec, sid, out / RESULTS, write_atomic)
     finally:
-        lock.close()
+        opened.close()
     report = SweepReport(out_dir=str(out), results=str(out / RESULTS), sweep_id=sid, points=len(spec),
-                         computed=len(pending), reused=len(done),
-                         errors=len(spec) - table.column("error").null_count, wall_s=0.0,
-                         workers=n_workers, backend=backend_name)
+                         computed=len(pending), reused=len(spec) - len(pending), errors=sum(errors.values()),
+                         wall_s=0.0, workers=slots, backend=backend_name, failures=_top(errors),
+                         notes=opened.notes)
     if spec.plots if plots is None else plots:
-        from specsim.plots import plot_all
-
-        made, skipped = plot_all(table.to_pandas(), out / "plots")
-        report.plots, report.plots_skipped = [str(p) for p in made], skipped
+        _plot(report)
     report.wall_s = time.perf_counter() - t0
     return report
 
 
-# --- the output directory ------------------------------------------------------------------------
+def _plot(report: SweepReport) -> None:
+    if report.errors == report.points:
+        report.plots_skipped = {"all": "no point succeeded"}
+        return
+    import pandas as pd
 
-def _open_dir(out: Path, spec: SweepSpec, sid: str, fn_name: str):
-    """Create or reopen DIR; refuse a directory that holds another sweep or is running one now."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError("--out must be a directory", file=out)
-    out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / LOCK, "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        raise ConfigError("another sweep is running in this directory", file=out) from None
-    try:
-        manifest = out / MANIFEST
-        if manifest.exists():
-            m = json.loads(manifest.read_text())
-            if m.get("sweep_id") != sid:
-                raise ConfigError(
-                    f"holds a different sweep ({m.get('points')} points of spec {m.get('spec')!r} with point "
-                    f"function {m.get('point_fn')!r}; this one has {len(spec)} points of {str(spec.path)!r} "
-                    f"with {fn_name!r}); use another --out directory or delete this one", file=out)
-        else:
-            others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK, SPEC_COPY, PARTS))
-            if others:
-                raise ConfigError(f"not empty and not a sweep directory (holds {others[0]!r}, no {MANIFEST})",
-                                  file=out)
-            m = {"format": FORMAT, "sweep_id": sid, "name": spec.name, "spec": str(spec.path), "point_fn": fn_name,
-                 "points": len(spec)}
-            _write_atomic(manifest, lambda f: f.write(json.dumps(m, indent=1, sort_keys=True).encode()))
-        (out / PARTS).mkdir(exist_ok=True)
-        if not (out / SPEC_COPY).exists() and spec.path.is_file():
-            _write_atomic(out / SPEC_COPY, lambda f: f.write(spec.path.read_bytes()))
-    except BaseException:
-        lock.close()
-        raise
-    return lock
+    from specsim.plots import plot_all
+
+    made, skipped = plot_all(pd.read_parquet(report.results), Path(report.out_dir) / "plots")
+    report.plots, report.plots_skipped = [str(p) for p in made], skipped
 
 
-def _write_atomic(path: Path, write: Callable[[Any], Any]) -> None:
-    """Temp file in the same directory, fsync, rename: readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _top(errors) -> dict[str, int]:
+    top = dict(errors.most_common(SHOWN_REASONS))
+    rest = sum(errors.values()) - sum(top.values())
+    if rest:
+        top[f"({len(errors) - len(top)} other reasons)"] = rest
+    return top
 
 
-def _write_parquet(table, f) -> None:
-    import pyarrow.parquet as pq
+def failure_summary(report: SweepReport, shown: int = 3) -> str:
+    """The failures in one line: the most common reasons with their counts."""
+    items = list(report.failures.items())
+    text = "; ".join(f"{count}× {_cut(' '.join(reason.split()))}" for reason, count in items[:shown])
+    rest = sum(c for _, c in items[shown:])
+    return text + (f"; {rest} more with other reasons" if rest else "")
 
-    pq.write_table(table, f)
+
+def _cut(text: str, n: int = 240) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def _finished(parts: Path, spec: SweepSpec) -> tuple[set[int], int]:
-    """Points already stored in DIR/parts (each checked against the spec), and the next part number."""
-    import pyarrow.parquet as pq
+def _resume(spec: SweepSpec, out: Path) -> str:
+    return f"specsim sweep {shlex.quote(str(spec.path))} --out {shlex.quote(str(out))}"
 
-    for tmp in parts.glob(".*.tmp"):  # a write a kill interrupted; its points were never counted
-        tmp.unlink()
-    done: set[int] = set()
-    last = -1
-    for part in sorted(parts.glob("part-*.parquet")):
-        last = max(last, int(part.stem.split("-")[1]))
-        t = pq.read_table(part, columns=["point", "point_id"]).to_pydict()
-        for i, pid in zip(t["point"], t["point_id"]):
-            if not (0 <= i < len(spec)) or spec.ids[i] != pid:
-                raise ConfigError(f"part file does not match the sweep (point {i}, id {pid})", file=part)
-            done.add(i)
-    return done, last + 1
+
+def _lost_message(spec: SweepSpec, out: Path, scheduler: str | None, backend: str, e: BackendLost) -> str:
+    why, done = str(e), getattr(e, "done", "?")
+    cmd = _resume(spec, out)
+    what = f"lost the Dask cluster at {scheduler}" if backend == "dask" else "a local worker process died"
+    hint = f"`{cmd} --scheduler {shlex.quote(scheduler)}` once it is back, or `{cmd}` to finish locally" \
+        if scheduler else f"`{cmd}`"
+    return f"{what} ({' '.join(why.split())[:200]}); {done} of {len(spec)} points are done and kept in " \
+           f"{out / PARTS}; resume with {hint}"
 
 
 # --- execution -------------------------------------------------------------------------------------
 
-class _Inline:
-    """workers=1: run chunks in this process (no pickling; easiest to debug)."""
-
-    name, slots, max_in_flight = "inline", 1, 1
-
-    def submit(self, fn, *args) -> Future:
-        f: Future = Future()
-        try:
-            f.set_result(fn(*args))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller through the future
-            f.set_exception(e)
-        return f
-
-    def wait_any(self, futures):
-        return futures
-
-    def close(self) -> None:
-        pass
-
-
-class _Processes:
-    name = "processes"
-
-    def __init__(self, workers: int):
-        self.slots, self.max_in_flight = workers, 2 * workers
-        self.pool = ProcessPoolExecutor(max_workers=workers)
-
-    def submit(self, fn, *args) -> Future:
-        return self.pool.submit(fn, *args)
-
-    def wait_any(self, futures):
-        return wait(futures, return_when=FIRST_COMPLETED).done
-
-    def close(self) -> None:
-        # wait: forked workers share the directory lock's open file; they must be gone before it is released
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-class _Dask:
-    name = "dask"
-
-    def __init__(self, address: str):
-        import distributed
-
-        try:
-            self.client = distributed.Client(address, timeout=15, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as e:
-            raise ConfigError(f"cannot reach the Dask scheduler ({type(e).__name__}: {e})", field="--scheduler",
-                              value=address) from None
-        self.slots = max(1, sum(self.client.nthreads().values()))
-        self.max_in_flight = 2 * self.slots
-        self._completed = distributed.as_completed(loop=self.client.loop)  # not the global default client
-
-    def submit(self, fn, *args):
-        f = self.client.submit(fn, *args, pure=False)
-        self._completed.add(f)
-        return f
-
-    def wait_any(self, futures):
-        return self._completed.next_batch(block=True)
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def _backend(scheduler: str | None, workers: int):
-    if scheduler:
-        return _Dask(scheduler)
-    return _Inline() if workers == 1 else _Processes(workers)
-
-
-def _compute(spec: SweepSpec, pending: list[int], fn_ref, backend, parts: Path, part_no: int, chunk: int,
+def _compute(spec: SweepSpec, pending: np.ndarray, fn_ref, backend, parts: Path, part_no: int, chunk: int,
              progress: bool) -> None:
     from tqdm import tqdm
 
@@ -274,7 +188,8 @@ def _compute(spec: SweepSpec, pending: list[int], fn_ref, backend, parts: Path, 
         monitor_interval = 0  # no monitor thread: the process pool forks its workers after the bar exists
 
     n = len(spec)
-    bar = _Bar(total=n, initial=n - len(pending), disable=not progress, file=sys.stderr, unit="pt",
+    # the bar shows at once (the grid is streamed), on a terminal only: piped stderr stays one line per error
+    bar = _Bar(total=n, initial=n - len(pending), disable=None if progress else True, file=sys.stderr, unit="pt",
                desc=f"sweep {spec.name}", dynamic_ncols=True, mininterval=0.5)
     in_flight: dict = {}
     pos, spent_s, measured = 0, 0.0, 0
@@ -282,19 +197,36 @@ def _compute(spec: SweepSpec, pending: list[int], fn_ref, backend, parts: Path, 
         while pos < len(pending) or in_flight:
             while pos < len(pending) and len(in_flight) < backend.max_in_flight:
                 size = chunk or _adaptive_size(spent_s, measured, len(pending) - pos, backend.slots)
-                items = [(i, spec.points[i]) for i in pending[pos:pos + size]]
+                items, ids = _chunk(spec, pending[pos:pos + size])
                 pos += size
-                in_flight[backend.submit(run_chunk, fn_ref, items)] = len(items)
+                in_flight[backend.submit(run_chunk, fn_ref, items)] = ids
             for fut in backend.wait_any(list(in_flight)):
-                in_flight.pop(fut)
-                rows, compute_s = fut.result()
-                _write_part(parts, part_no, spec, rows)
+                ids = in_flight.pop(fut)
+                rows, compute_s = backend.result(fut)
+                write_part(parts, part_no, [(i, ids[i], r, e) for i, r, e in rows])
                 part_no += 1
                 spent_s += compute_s
                 measured += len(rows)
                 bar.update(len(rows))
+    except BackendLost as e:
+        e.done = bar.n  # type: ignore[attr-defined]
+        raise
     finally:
         bar.close()
+
+
+def _chunk(spec: SweepSpec, indices: np.ndarray) -> tuple[list[tuple[int, SimConfig]], dict[int, str]]:
+    """The points of one task, built now (the grid is never built whole) with their ids."""
+    items, ids = [], {}
+    for i in map(int, indices):
+        try:
+            items.append((i, spec.points[i]))
+        except ValidationError as e:  # a rule relating 3+ axes that the pairwise check up front cannot see
+            err = e.errors()[0]
+            raise ConfigError(f"point {i} is invalid ({err.get('msg')}); the points before it are kept",
+                              file=spec.path, field="grid") from None
+        ids[i] = spec.ids[i]
+    return items, ids
 
 
 def _adaptive_size(spent_s: float, measured: int, remaining: int, slots: int) -> int:
@@ -323,7 +255,7 @@ def run_chunk(fn_ref: Callable | str, items: list[tuple[int, SimConfig]]) -> tup
         try:
             out = fn(cfg)
         except SpecsimError as e:
-            rows.append((i, None, str(e) or type(e).__name__))
+            rows.append((i, None, " ".join(str(e).split()) or type(e).__name__))
             continue
         except Exception as e:
             raise RuntimeError(f"point {i} ({cfg.model_dump(exclude_defaults=True)}) raised "
@@ -342,16 +274,3 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, Path):
         return str(x)
     raise TypeError(f"point function output of type {type(x).__name__} is not JSON-able")
-
-
-def _write_part(parts: Path, n: int, spec: SweepSpec, rows: list[tuple]) -> None:
-    import pyarrow as pa
-
-    rows = sorted(rows)
-    table = pa.table({
-        "point": pa.array([r[0] for r in rows], pa.int64()),
-        "point_id": pa.array([spec.ids[r[0]] for r in rows], pa.string()),
-        "result": pa.array([r[1] for r in rows], pa.string()),
-        "error": pa.array([r[2] for r in rows], pa.string()),
-    })
-    _write_atomic(parts / f"part-{n:06d}.parquet", lambda f: _write_parquet(table, f))

@@ -144,9 +144,11 @@ def compare_cmd(
     from pathlib import Path
 
     from specsim.compare import compare, plot
+    from specsim.sweep_dir import check_out_dir
 
-    df = compare(simulate=simulate, progress=not json_out)
     d = Path(out)
+    check_out_dir(d)  # a file / under a file / unwritable --out: one line, before any work
+    df = compare(simulate=simulate, progress=not json_out)
     d.mkdir(parents=True, exist_ok=True)
     df.to_csv(d / "compare.csv", index=False)
     plot(df, d / "compare.png")
