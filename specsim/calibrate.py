@@ -38,13 +38,11 @@ experiments/results/validate_cpu.md).
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 from scipy.optimize import lsq_linear
 
 from specsim.costs import CostModel
@@ -52,6 +50,7 @@ from specsim.errors import ConfigError
 from specsim.profiles import IDEAL_STACK, OVERLAPS, HardwareProfile, ModelProfile, StackProfile
 
 MAX_INVERSE_FRACTION = 1e4  # f >= 1e-4: anything slower is a broken measurement, not a stack
+OVERHEAD_TOLERANCE_S = 1e-9  # a fitted overhead in [-1 ns, 0) is solver rounding: clamped to 0 (see _overhead)
 
 
 @dataclass(frozen=True)
@@ -279,53 +278,22 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     n_cls = 2 if multi_row else 1
     merged = len(np.unique(T.layers)) < 2
     mp = multi_row and 0 < T.multi_pos.sum() < len(T.multi_pos)  # both kinds of pass measured
-    R = 2
-    cls = np.zeros(len(T.rows), int)
-    x = None
     if multi_row:
-        best = np.inf
-        for r in sorted({int(x) for x in T.rows if 2 <= x <= 8} | {2}):  # the row counts measured
-            c = (T.rows >= r).astype(int)
-            if r > 2 and (not c.any() or c.all()):
-                continue
-            xr = _fit_params(T, c, n_cls, merged, overlap, mp)
-            loss = _loss(xr, c, n_cls, T, merged, overlap, mp)
-            if loss < best * (1 - 1e-9):
-                best, x, R, cls = loss, xr, r, c
+        x, R, cls = _best_min_rows(T, n_cls, merged, overlap, mp)
     else:
-        x = _fit_params(T, cls, n_cls, merged, overlap)
+        x, R, cls = _fit_params(T, np.zeros(len(T.rows), int), n_cls, merged, overlap), 2, np.zeros(len(T.rows), int)
     a, b, oc, ol, om = _unpack(x, n_cls, merged, mp)
     a, b, om = [float(v) for v in a], float(b), float(om)
-    if merged:
-        total, L = float(oc), float(T.layers[0])  # o_call + L·o_layer at the one layer count
-        base_total = base.per_call_overhead_s + L * base.per_layer_overhead_s
-        share = base.per_call_overhead_s / base_total if base_total > 0 else 1.0
-        oc, ol = total * share, total * (1 - share) / L
-    else:
-        oc, ol = float(oc), float(ol)
-    # with overlap "sum" every point pays both times, so both fractions are in play wherever they are
-    mem_side = (np.array(a)[cls] * T.memory_s >= b * T.compute_s) | (overlap == "sum")
-    cmp_any = bool((~mem_side).any()) or overlap == "sum"
-    ident = {"bandwidth_fraction": bool((mem_side & (cls == 0)).any()), "compute_fraction": cmp_any,
-             "overhead_split": not merged}
-    if multi_row:
-        ident["multi_row_bandwidth_fraction"] = bool((mem_side & (cls == 1)).any())
-        ident["multi_position_overhead"] = mp
-    if not ident["compute_fraction"]:  # keep base f_c unless that would pull a fitted point to the compute side
-        b = max(1.0, min(max(1.0 / base.compute_fraction, 1.0),
-                         float(np.min(np.array(a)[cls] * T.memory_s / T.compute_s))))
-    if not ident["bandwidth_fraction"]:
-        one = cls == 0
-        lim = float(np.min(b * T.compute_s[one] / T.memory_s[one])) if one.any() else np.inf
-        a[0] = max(1.0, min(max(1.0 / base.bandwidth_fraction, 1.0), lim))
-    if multi_row and not ident["multi_row_bandwidth_fraction"]:
-        a[1] = a[0]
+    oc, ol = _split_overheads(float(oc), float(ol), T, merged, base)
+    a, b, ident = _identified(a, b, cls, T, overlap, base, merged, multi_row, mp)
     prov = (f"fitted by specsim calibrate on {len(fit_i)} measured passes on {hardware.name}; "
             f"hold-out {len(hold_i)} points")
-    stack = StackProfile(name=name, description=description or f"calibrated on {hardware.name}",
-                         bandwidth_fraction=min(1.0, 1.0 / a[0]), compute_fraction=min(1.0, 1.0 / b),
-                         per_call_overhead_s=min(oc, 10.0), per_layer_overhead_s=min(ol, 1.0), provenance=prov,
-                         multi_row_min_rows=R, overlap=overlap, multi_position_overhead_s=min(om, 1.0))
+    stack = _stack(name=name, description=description or f"calibrated on {hardware.name}",
+                   bandwidth_fraction=min(1.0, 1.0 / a[0]), compute_fraction=min(1.0, 1.0 / b),
+                   per_call_overhead_s=min(_overhead("per_call_overhead_s", oc), 10.0),
+                   per_layer_overhead_s=min(_overhead("per_layer_overhead_s", ol), 1.0), provenance=prov,
+                   multi_row_min_rows=R, overlap=overlap,
+                   multi_position_overhead_s=min(_overhead("multi_position_overhead_s", om), 1.0))
     multi = min(1.0, 1.0 / a[1]) if multi_row else None
     pred = predict_times(stack, T_all, multi)
     return FitResult(stack=stack, fit_error=error_stats(pred[fit_i], T_all.time_s[fit_i]),
@@ -334,65 +302,75 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
                      points=list(points), multi_row_bandwidth_fraction=multi)
 
 
-# --- writing the profile -------------------------------------------------------------------------------------
-def _grid_text(points: Sequence[PassPoint]) -> str:
-    def u(xs):
-        return sorted(set(xs))
-    models = u(f"{p.model.name} ({p.model.n_layers} layers, {p.model.dtype})" for p in points)
-    return (f"models {models}; batches {u(p.batch for p in points)}; positions {u(p.positions for p in points)}; "
-            f"contexts {u(p.context for p in points)}")
+def _best_min_rows(T: Terms, n_cls: int, merged: bool, overlap: str, mp: bool):
+    """(parameters, R, class per point) of the least-loss fit over the row counts R measured (2..8)."""
+    best, x, R, cls = np.inf, None, 2, np.zeros(len(T.rows), int)
+    for r in sorted({int(v) for v in T.rows if 2 <= v <= 8} | {2}):
+        c = (T.rows >= r).astype(int)
+        if r > 2 and (not c.any() or c.all()):
+            continue
+        xr = _fit_params(T, c, n_cls, merged, overlap, mp)
+        loss = _loss(xr, c, n_cls, T, merged, overlap, mp)
+        if loss < best * (1 - 1e-9):
+            best, x, R, cls = loss, xr, r, c
+    return x, R, cls
 
 
-def _pct(e: dict) -> str:
-    if not e.get("n"):
-        return "none"
-    return f"median |err| {e['median_abs_pct']:.2f}%, max {e['max_abs_pct']:.2f}% over {e['n']} points"
+def _split_overheads(oc: float, ol: float, T: Terms, merged: bool, base: StackProfile) -> tuple[float, float]:
+    """With one layer count only o_call + L·o_layer is fitted: split it in the base stack's proportion."""
+    if not merged:
+        return oc, ol
+    L = float(T.layers[0])
+    base_total = base.per_call_overhead_s + L * base.per_layer_overhead_s
+    share = base.per_call_overhead_s / base_total if base_total > 0 else 1.0
+    return oc * share, oc * (1 - share) / L
 
 
-def provenance_lines(fit: FitResult, hardware: HardwareProfile, extra: dict | None = None) -> list[str]:
-    """Comment lines (without '# ') that say where the profile came from."""
-    lines = [f"date: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
-             f"hardware profile: {hardware.name}"]
-    for k, v in (extra or {}).items():
-        lines.append(f"{k}: {v}")
-    lines += [f"grid: {_grid_text(fit.points)}",
-              f"fit error ({len(fit.fit_index)} fitted points): {_pct(fit.fit_error)}",
-              f"hold-out error (every k-th point held out of the fit): {_pct(fit.holdout_error)}",
-              "identified by the data: " + ", ".join(f"{k}={v}" for k, v in fit.identified.items())]
-    return lines
+def _identified(a: list, b: float, cls: np.ndarray, T: Terms, overlap: str, base: StackProfile, merged: bool,
+                multi_row: bool, mp: bool) -> tuple[list, float, dict]:
+    """Which parameters the data determine; the others from the base stack, moved only as far as needed to keep
+    every fitted point on the roofline side it was fitted on."""
+    # with overlap "sum" every point pays both times, so both fractions are in play wherever they are
+    mem_side = (np.array(a)[cls] * T.memory_s >= b * T.compute_s) | (overlap == "sum")
+    cmp_any = bool((~mem_side).any()) or overlap == "sum"
+    ident = {"bandwidth_fraction": bool((mem_side & (cls == 0)).any()), "compute_fraction": cmp_any,
+             "overhead_split": not merged}
+    if multi_row:
+        ident["multi_row_bandwidth_fraction"] = bool((mem_side & (cls == 1)).any())
+        ident["multi_position_overhead"] = mp
+    if not ident["compute_fraction"]:
+        b = max(1.0, min(max(1.0 / base.compute_fraction, 1.0),
+                         float(np.min(np.array(a)[cls] * T.memory_s / T.compute_s))))
+    if not ident["bandwidth_fraction"]:
+        one = cls == 0
+        lim = float(np.min(b * T.compute_s[one] / T.memory_s[one])) if one.any() else np.inf
+        a[0] = max(1.0, min(max(1.0 / base.bandwidth_fraction, 1.0), lim))
+    if multi_row and not ident["multi_row_bandwidth_fraction"]:
+        a[1] = a[0]
+    return a, b, ident
 
 
-def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile, extra: dict | None = None) -> Path:
-    """A stack profile TOML that `specsim.profiles.load_stack` reads, with provenance as comments."""
-    path = Path(path)
-    s = fit.stack
-    run = ("max(bytes/(f_bw*BW), FLOPs/(f_c*peak))" if s.overlap == "max" else
-           "bytes/(f_bw*BW) + FLOPs/(f_c*peak)")
-    head = [(f"Stack profile fitted by `specsim calibrate` (specsim/calibrate.py): time = {run} + o_call + "
-             "layers*o_layer" + (" + o_multi if P > 1" if s.multi_position_overhead_s else "")
-             + (f"; passes of B*P >= {fit.stack.multi_row_min_rows} rows use multi_row_bandwidth_fraction for f_bw"
-                if fit.multi_row_bandwidth_fraction is not None else ""))]
-    head += provenance_lines(fit, hardware, extra)
-    prov = "; ".join([s.provenance, f"fit {_pct(fit.fit_error)}", f"hold-out {_pct(fit.holdout_error)}"]
-                     + [f"{k} {v}" for k, v in (extra or {}).items()])
-    body = [f"name = {json.dumps(s.name)}",
-            f"description = {json.dumps(s.description)}",
-            f"bandwidth_fraction = {s.bandwidth_fraction!r}",
-            f"compute_fraction = {s.compute_fraction!r}",
-            f"per_call_overhead_s = {s.per_call_overhead_s!r}",
-            f"per_layer_overhead_s = {s.per_layer_overhead_s!r}",
-            f"provenance = {json.dumps(prov)}"]
-    if fit.multi_row_bandwidth_fraction is not None:
-        body.insert(3, f"multi_row_bandwidth_fraction = {fit.multi_row_bandwidth_fraction!r}")
-        body.insert(4, f"multi_row_min_rows = {fit.stack.multi_row_min_rows}")
-    if s.overlap != "max":
-        body.insert(len(body) - 1, f"overlap = {json.dumps(s.overlap)}")
-    if s.multi_position_overhead_s:
-        body.insert(len(body) - 1, f"multi_position_overhead_s = {s.multi_position_overhead_s!r}")
-    text = "".join(f"# {ln.replace(chr(10), ' ')}\n" for ln in head) + "\n".join(body) + "\n"
+def _overhead(name: str, value: float) -> float:
+    """A fitted overhead as a valid profile value: the bounded solver keeps overheads >= 0 up to its arithmetic
+    (it has returned -1.7e-18 s under CPU load), so values within OVERHEAD_TOLERANCE_S below 0 are 0. A value
+    further below 0, or not finite, means the measurements are inconsistent: one line, not a traceback."""
+    if not np.isfinite(value) or value < -OVERHEAD_TOLERANCE_S:
+        raise ConfigError("the fit gave an impossible overhead; the measured times are inconsistent (repeat the "
+                          "measurement with more --repeats)", field=name, value=value,
+                          allowed=f">= 0 s (values down to -{OVERHEAD_TOLERANCE_S:g} s are rounding and read as 0)")
+    return max(0.0, float(value))
+
+
+def _stack(**fields) -> StackProfile:
+    """The fitted StackProfile; a value the profile rejects is one ConfigError line naming the field."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot write stack profile: {e.strerror or e}", file=path) from None
-    return path
+        return StackProfile(**fields)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err.get("loc", ())) or "stack"
+        raise ConfigError(f"the fit gave a value the stack profile rejects ({err.get('msg', 'invalid')})",
+                          field=field, value=err.get("input")) from None
+
+
+# --- writing the profile: specsim.calibrate_io (re-exported here, where callers have always found it) ---------
+from specsim.calibrate_io import provenance_lines, write_stack_toml  # noqa: E402,F401

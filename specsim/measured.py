@@ -17,6 +17,7 @@ Encoder-decoder models are not supported here (the table has no cross-attention 
 from __future__ import annotations
 
 import csv
+import errno
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,47 @@ import numpy as np
 
 from specsim.costs import CostModel, PassCost
 from specsim.errors import ConfigError
+from specsim.file_checks import input_file
+from specsim.input_tables import CsvTable, check_rows, float_column, int_column, require_columns
 from specsim.profiles import IDEAL_STACK, HardwareProfile, ModelProfile
 
 AXES = ("batch", "positions", "context")
+# (default, lo, hi) of each axis; a default of None means the column is required
+AXIS_RANGES = {"batch": (1, 1, 1_000_000), "positions": (None, 1, 10_000_000), "context": (0, 0, 10_000_000)}
+MAX_PASS_TIME_S = 3600.0  # one pass longer than an hour is a unit mistake (ms written as s), not a measurement
+KINDS = ("decode", "prefill")
+MAX_ROWS = 1_000_000
+
+
+def _int_field(r: dict, name: str, i: int, where: str) -> int:
+    default, lo, hi = AXIS_RANGES[name]
+    v = r.get(name, default)
+    allowed = f"integers in [{lo}, {hi}]"
+    if v is None:
+        raise ConfigError(f"bad row {i + 1}: missing {name}", file=where, field=name, allowed=allowed)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ConfigError(f"bad row {i + 1}: {name} is not an integer", file=where, field=name, value=v,
+                          allowed=allowed)
+    if not lo <= v <= hi:
+        raise ConfigError(f"bad row {i + 1}: {name} out of range", file=where, field=name, value=int(v),
+                          allowed=allowed)
+    return int(v)
+
+
+def _time_field(r: dict, i: int, where: str) -> float:
+    v = r.get("time_s")
+    allowed = f"seconds in (0, {MAX_PASS_TIME_S:g}]"
+    if v is None:
+        raise ConfigError(f"bad row {i + 1}: missing time_s", file=where, field="time_s", allowed=allowed)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"bad row {i + 1}: time_s is not a number", file=where, field="time_s", value=v,
+                          allowed=allowed)
+    if v != v:
+        raise ConfigError(f"bad row {i + 1}: time_s is not a number (NaN)", file=where, field="time_s", allowed=allowed)
+    if not 0 < v <= MAX_PASS_TIME_S:
+        raise ConfigError(f"bad row {i + 1}: time_s out of range", file=where, field="time_s", value=float(v),
+                          allowed=allowed)
+    return float(v)
 
 
 def free_model(name: str) -> SimpleNamespace:
@@ -61,18 +100,10 @@ class PassGrid:
         if not rows:
             raise ConfigError("measured table has no rows", file=where,
                               allowed="rows with positions, time_s (and batch, context)")
-        vals = {}
+        vals: dict = {}
         for i, r in enumerate(rows):
-            try:
-                key = (int(r.get("batch", 1)), int(r["positions"]), int(r.get("context", 0)))
-                t = float(r["time_s"])
-            except (KeyError, TypeError, ValueError):
-                raise ConfigError(f"bad row {i}", file=where, value=r,
-                                  allowed="positions and time_s (batch, context optional)") from None
-            if not (t > 0 and np.isfinite(t)) or min(key) < 0 or key[0] < 1 or key[1] < 1:
-                raise ConfigError(f"bad row {i}", file=where, value=r,
-                                  allowed="batch >= 1, positions >= 1, context >= 0, time_s > 0")
-            vals.setdefault(key, []).append(t)
+            key = tuple(_int_field(r, f, i, where) for f in AXES)
+            vals.setdefault(key, []).append(_time_field(r, i, where))
         axes = [np.array(sorted({k[j] for k in vals}), dtype=float) for j in range(3)]
         grid = np.full(tuple(len(a) for a in axes), np.nan)
         for (b, p, c), ts in vals.items():
@@ -144,17 +175,50 @@ class MeasuredCosts:
     # --- files ------------------------------------------------------------------------------------------
     @classmethod
     def read_csv(cls, path: str | Path, model: ModelProfile | None = None,
-                 hardware: HardwareProfile | None = None, name: str | None = None) -> MeasuredCosts:
-        """CSV with columns batch, positions, context, time_s (and optionally kind = decode | prefill)."""
+                 hardware: HardwareProfile | None = None, name: str | None = None,
+                 field: str | None = None) -> MeasuredCosts:
+        """CSV with columns batch, positions, context, time_s (and optionally kind = decode | prefill); types are
+        strict (`specsim.input_tables`), other columns are ignored, `#` starts a comment line.
+
+        `field` is the option that named the file, for messages; without it a directory raises
+        IsADirectoryError, which the caller words with its option name."""
         p = Path(path)
-        try:
-            with p.open(newline="", encoding="utf-8") as f:
-                rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
-        except FileNotFoundError:
-            raise ConfigError("file not found", file=p) from None
-        dec = [r for r in rows if r.get("kind", "decode") in ("", "decode", None)]
-        pre = [r for r in rows if r.get("kind") == "prefill"]
+        if p.is_dir() and field is None:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(p))
+        input_file(p, "measured table", field=field, missing="measured table file not found")
+        dec, pre = _read_rows(p)
         return cls(dec, model, hardware, pre, name=name or p.stem, where=str(p))
+
+
+def _read_rows(p: Path) -> tuple[list[dict], list[dict]]:
+    """(decode rows, prefill rows) of a measured table CSV, each value checked."""
+    table = CsvTable(p, comment="#")
+    df = table.frame
+    require_columns(df, ("positions", "time_s"), p)
+    check_rows(len(df), p, MAX_ROWS)
+    cols = {}
+    for c, (default, lo, hi) in AXIS_RANGES.items():
+        if c in df.columns:
+            cols[c] = int_column(df[c], c, p, lo=lo, hi=hi, raw=table.raw)
+        else:
+            cols[c] = np.full(len(df), default, dtype=np.int64)
+    cols["time_s"] = float_column(df["time_s"], "time_s", p, lo=0.0, hi=MAX_PASS_TIME_S, lo_open=True,
+                                  raw=table.raw)
+    kinds = ["decode"] * len(df)
+    if "kind" in df.columns:
+        kinds = [table.raw("kind", i).strip() or "decode" for i in range(len(df))]
+        bad = [i for i, k in enumerate(kinds) if k not in KINDS]
+        if bad:
+            raise ConfigError(f"unknown pass kind in data row {bad[0] + 1}", file=p, field="kind",
+                              value=kinds[bad[0]], allowed="decode | prefill (blank = decode)")
+    rows = [{"batch": int(cols["batch"][i]), "positions": int(cols["positions"][i]),
+             "context": int(cols["context"][i]), "time_s": float(cols["time_s"][i])} for i in range(len(df))]
+    dec = [r for r, k in zip(rows, kinds) if k == "decode"]
+    pre = [r for r, k in zip(rows, kinds) if k == "prefill"]
+    if not dec:
+        raise ConfigError("no decode rows (only prefill)", file=p, field="kind",
+                          allowed="at least one decode row (kind decode or blank)")
+    return dec, pre
 
 
 def write_csv(path: str | Path, rows: Sequence[dict], prefill_rows: Sequence[dict] = ()) -> Path:

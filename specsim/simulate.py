@@ -89,7 +89,7 @@ def _cost_model(model, hw, st, tp: int, measured: str | None, field: str):
         raise ConfigError("measured cost mode supports decoder-only models", field=field, value=measured,
                           allowed=f"a decoder-only model (got {model.name}, {model.architecture})")
     try:
-        mc = MeasuredCosts.read_csv(measured, model, hw)
+        mc = MeasuredCosts.read_csv(measured, model, hw, field=field)
     except (OSError, UnicodeDecodeError, csv.Error) as e:  # FileNotFoundError is already a ConfigError
         raise ConfigError(f"cannot read measured table ({type(e).__name__})", file=measured, field=field) from None
     mc.tp = tp  # the table times the whole TP group; memory accounting is per chip like the roofline's

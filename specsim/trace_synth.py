@@ -168,6 +168,8 @@ def synthesize(kind: str, alpha: float, *, n_sequences: int = 16, length: int = 
                mean_stretch: float = 20.0, concentration: float = 20.0, decay_rate: float = 0.9,
                beta_easy: float = 0.95, beta_hard: float = 0.2, bernoulli: bool = False) -> Trace:
     """One entry point by kind name (iid | beta | markov | decay), as the CLI uses it."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError("seed must be an integer >= 0", field="seed", value=seed, allowed="integers >= 0")
     shape = {"n_sequences": n_sequences, "length": length, "seed": seed}
     if kind == "iid":
         return iid(alpha, bernoulli=bernoulli, **shape)

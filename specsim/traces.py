@@ -22,6 +22,8 @@ Per-slot decay along the draft — metadata["slot_decay"] = r ∈ [0, 1] means: 
 
 Floats round-trip bit-exactly: CSV is written with repr (shortest round-trip form) and parsed exactly by pandas;
 parquet stores float64. Every input problem is a one-line ConfigError naming the file and the column or field.
+Types are strict (`specsim.input_tables`): sequence_id and position integers (not 1.0, true or "3" in parquet),
+beta a number (not true/false, blank, NaN or inf); a CSV cell is read as its literal.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import numpy as np
 import pandas as pd
 
 from specsim.errors import ConfigError
+from specsim.file_checks import input_file, output_file
+from specsim.input_tables import CsvTable, first_line, float_column, int_column, require_columns
 
 COLUMNS = ("sequence_id", "position", "beta")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -91,18 +95,14 @@ class Trace:
         """Read a .parquet/.pq or .csv trace; any problem is a ConfigError naming the file."""
         p = Path(path)
         fmt = _format(p)
-        if not p.is_file():
-            raise ConfigError("no such trace file", file=p)
-        if p.stat().st_size == 0:
-            raise ConfigError("empty file", file=p, allowed="a trace with columns sequence_id, position, beta "
-                                                            "and at least one row")
+        input_file(p, "trace file")  # a directory, a missing, unreadable or zero-byte file
         frame, metadata = _read_parquet(p) if fmt == "parquet" else _read_csv(p)
         return cls(frame, metadata, path=str(p))
 
     def write(self, path: str | Path) -> Path:
         """Write by suffix (.parquet/.pq or .csv), metadata included; returns the path."""
         p = Path(path)
-        fmt = _format(p)
+        fmt = check_trace_out(p)
         try:
             if fmt == "parquet":
                 _write_parquet(self, p)
@@ -146,6 +146,15 @@ class Trace:
         return 1.0 if r is None else float(r) ** int(k)
 
 
+def check_trace_out(path: str | Path, field: str | None = None) -> str:
+    """Before any work: `path` has a trace suffix and can be written (see `specsim.file_checks.output_file`);
+    returns the format."""
+    p = Path(path)
+    fmt = _format(p)
+    output_file(p, "trace file", field=field)
+    return fmt
+
+
 # ---- validation -----------------------------------------------------------------------------------------------
 def _format(p: Path) -> str:
     suffix = p.suffix.lower()
@@ -157,57 +166,30 @@ def _format(p: Path) -> str:
                       allowed=", ".join(PARQUET_SUFFIXES + CSV_SUFFIXES))
 
 
-def _py(v: Any) -> Any:
-    return v.item() if hasattr(v, "item") else v
-
-
-def _as_int(col: pd.Series, name: str, where: str) -> np.ndarray:
-    if pd.api.types.is_integer_dtype(col) and not pd.api.types.is_bool_dtype(col) and not col.isna().any():
-        return col.to_numpy(dtype=np.int64)
-    if pd.api.types.is_bool_dtype(col):
-        vals = np.full(len(col), np.nan)
-    else:
-        vals = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(vals) | (vals != np.floor(vals))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ConfigError(f"not an integer in row {i}", file=where, field=name, value=_py(col.iloc[i]),
-                          allowed="integers")
-    return vals.astype(np.int64)
-
-
-def _as_float(col: pd.Series, where: str) -> np.ndarray:
-    if pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
-        return col.to_numpy(dtype=np.float64, na_value=np.nan)
-    vals = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = np.isnan(vals) & col.notna().to_numpy()
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ConfigError(f"not a number in row {i}", file=where, field="beta", value=_py(col.iloc[i]),
-                          allowed="[0, 1]")
-    return vals
+def _typed(frame: pd.DataFrame, where: str, raw=None) -> pd.DataFrame:
+    """sequence_id and position as int64, beta as float64, under `specsim.input_tables`' strict rules (`raw`: the
+    CSV's cells as written, for messages). NaN and out-of-range β are left to `_validated`, which names the
+    sequence and position."""
+    frame = frame.copy()
+    frame["sequence_id"] = int_column(frame["sequence_id"], "sequence_id", where, raw=raw)
+    frame["position"] = int_column(frame["position"], "position", where, raw=raw)
+    frame["beta"] = float_column(frame["beta"], "beta", where, lo=0.0, hi=1.0, raw=raw, finite=False)
+    return frame
 
 
 def _validated(frame: pd.DataFrame, where: str) -> pd.DataFrame:
     if not isinstance(frame, pd.DataFrame):
         raise ConfigError("trace data must be a pandas DataFrame", file=where, value=type(frame).__name__)
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing:
-        raise ConfigError(f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}", file=where,
-                          field=missing[0], allowed="columns " + ", ".join(COLUMNS))
+    require_columns(frame, COLUMNS, where)
     if len(frame) == 0:
         raise ConfigError("trace has no rows", file=where, allowed="at least one row (sequence_id, position, beta)")
-    frame = frame.copy()
-    frame["sequence_id"] = _as_int(frame["sequence_id"], "sequence_id", where)
-    frame["position"] = _as_int(frame["position"], "position", where)
-    frame["beta"] = _as_float(frame["beta"], where)
-    frame = frame.sort_values(["sequence_id", "position"], kind="mergesort").reset_index(drop=True)
+    frame = _typed(frame, where).sort_values(["sequence_id", "position"], kind="mergesort").reset_index(drop=True)
     sid, pos, beta = (frame[c].to_numpy() for c in COLUMNS)
 
     bad = np.isnan(beta) | (beta < 0.0) | (beta > 1.0)
     if bad.any():
         i = int(np.argmax(bad))
-        what = "NaN" if np.isnan(beta[i]) else "out of range"
+        what = "not a number (NaN, or a blank cell)" if np.isnan(beta[i]) else "out of range"
         raise ConfigError(f"beta is {what} at sequence_id {sid[i]}, position {pos[i]}", file=where, field="beta",
                           value=None if np.isnan(beta[i]) else float(beta[i]), allowed="[0, 1]")
 
@@ -244,17 +226,18 @@ def _checked_metadata(metadata: Any, where: str) -> dict:
     except (TypeError, ValueError) as e:
         raise ConfigError(f"metadata is not JSON-serializable: {e}", file=where, field="metadata") from None
     r = clean.get("slot_decay")
-    if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r <= 1.0):
-        raise ConfigError("slot_decay out of range", file=where, field="slot_decay", value=r, allowed="[0, 1]")
+    if r is not None:
+        if isinstance(r, bool) or not isinstance(r, (int, float)):
+            raise ConfigError("slot_decay must be a number", file=where, field="slot_decay", value=r,
+                              allowed="[0, 1]")
+        if r != r:
+            raise ConfigError("slot_decay is not a number (NaN)", file=where, field="slot_decay", allowed="[0, 1]")
+        if not 0.0 <= r <= 1.0:
+            raise ConfigError("slot_decay out of range", file=where, field="slot_decay", value=r, allowed="[0, 1]")
     return clean
 
 
 # ---- file formats ---------------------------------------------------------------------------------------------
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _read_parquet(p: Path) -> tuple[pd.DataFrame, dict]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -263,14 +246,14 @@ def _read_parquet(p: Path) -> tuple[pd.DataFrame, dict]:
         table = pq.read_table(p)
         frame = table.to_pandas()
     except (pa.ArrowException, OSError, ValueError) as e:
-        raise ConfigError(f"not a readable parquet file, truncated or corrupt ({_first_line(e)})", file=p) from None
+        raise ConfigError(f"not a readable parquet file, truncated or corrupt ({first_line(e)})", file=p) from None
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
         return frame, {}
     try:
         metadata = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"metadata is not valid JSON ({_first_line(e)})", file=p, field="specsim") from None
+        raise ConfigError(f"metadata is not valid JSON ({first_line(e)})", file=p, field="specsim") from None
     return frame, metadata
 
 
@@ -285,7 +268,7 @@ def _read_csv(p: Path) -> tuple[pd.DataFrame, dict]:
     metadata: dict = {}
     n_comment = 0
     try:
-        with open(p, encoding="utf-8", newline="") as f:
+        with open(p, encoding="utf-8-sig", newline="") as f:
             for line in f:
                 if not line.startswith("#"):
                     break
@@ -293,14 +276,13 @@ def _read_csv(p: Path) -> tuple[pd.DataFrame, dict]:
                 key, sep, value = line[1:].strip().partition(":")
                 if sep and key.strip():
                     metadata[key.strip()] = _parse_value(value.strip())
-        frame = pd.read_csv(p, skiprows=n_comment, encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError("not a UTF-8 text CSV file", file=p) from None
-    except pd.errors.EmptyDataError:
-        raise ConfigError("no header and no rows", file=p, allowed="a header sequence_id,position,beta and at "
-                                                                 "least one row") from None
-    except pd.errors.ParserError as e:
-        raise ConfigError(f"malformed CSV ({_first_line(e)})", file=p) from None
+    table = CsvTable(p, skiprows=n_comment)
+    frame = table.frame
+    require_columns(frame, COLUMNS, p)
+    if len(frame):
+        frame = _typed(frame, str(p), raw=table.raw)
     return frame, metadata
 
 

@@ -7,22 +7,30 @@ Modes:
 - closed loop (default): `batch × replicas` clients each keep one request in flight; a client issues its next
   request the moment its previous one finishes. Arrival times are therefore set by the engine (NaN here).
 - poisson: exponential inter-arrival gaps at `rate` requests/s, from t = 0.
-- replay: `arrivals_csv` with columns arrival_s, prompt_len, output_len (sorted by arrival; all rows are used
-  unless `requests` was given explicitly, then the first `requests`).
+- replay: `arrivals_csv` with columns arrival_s, prompt_len, output_len (other columns are ignored; `#` starts a
+  comment). The rows may come in any order (a log merged from several front ends need not be sorted): requests are
+  replayed in arrival order, ties in the file's order; all rows are used unless `requests` was given explicitly,
+  then the first `requests` by arrival. Types are strict (`specsim.input_tables`): arrival_s a number of seconds
+  in [0, MAX_ARRIVAL_S], prompt_len and output_len integer literals in [1, MAX_LENGTH] (the SimConfig bounds),
+  at most MAX_REPLAY_ROWS rows; anything else is a one-line error naming the file, column, row and value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from specsim.errors import ConfigError
+from specsim.file_checks import input_file
+from specsim.input_tables import CsvTable, check_rows, float_column, int_column, require_columns
 from specsim.rng import ARRIVALS, LENGTHS, stream
 
 DEFAULT_MAX_BATCH = 256  # open-loop batch cap when SimConfig.max_batch is not set
+REPLAY_COLUMNS = ("arrival_s", "prompt_len", "output_len")
+MAX_ARRIVAL_S = 1e9  # ~32 years: beyond it float64 seconds lose the sub-microsecond steps of a pass
+MAX_LENGTH = 10_000_000  # SimConfig's bound on prompt_len / output_len
+MAX_REPLAY_ROWS = 10_000_000  # SimConfig's bound on requests
 
 
 @dataclass(frozen=True)
@@ -66,38 +74,14 @@ def build_workload(cfg) -> Workload:
 
 
 def _replay(cfg) -> Workload:
-    import pandas as pd
-
-    path = Path(cfg.arrivals_csv)
-    if not path.is_file():
-        raise ConfigError("file not found", file=path, field="arrivals_csv")
-    try:
-        df = pd.read_csv(path, comment="#")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ConfigError(f"not a readable CSV ({str(e).splitlines()[0] if str(e) else type(e).__name__})",
-                          file=path) from None
-    cols = ("arrival_s", "prompt_len", "output_len")
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise ConfigError("missing column", file=path, field=missing[0], allowed="columns " + ", ".join(cols))
-    if len(df) == 0:
-        raise ConfigError("no rows", file=path, allowed="at least one request")
-    arr = pd.to_numeric(df["arrival_s"], errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(arr) | (arr < 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ConfigError(f"bad arrival time in row {i}", file=path, field="arrival_s",
-                          value=str(df["arrival_s"].iloc[i]), allowed="finite seconds >= 0")
-    lens = {}
-    for c in cols[1:]:
-        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
-        bad = ~np.isfinite(v) | (v < 1) | (v != np.floor(v))
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ConfigError(f"bad length in row {i}", file=path, field=c, value=str(df[c].iloc[i]),
-                              allowed="integers >= 1")
-        lens[c] = v.astype(np.int64)
-    order = np.argsort(arr, kind="stable")
+    path = input_file(cfg.arrivals_csv, "arrivals CSV", field="arrivals_csv")
+    table = CsvTable(path, comment="#")
+    df = table.frame
+    require_columns(df, REPLAY_COLUMNS, path)
+    check_rows(len(df), path, MAX_REPLAY_ROWS)
+    arr = float_column(df["arrival_s"], "arrival_s", path, lo=0.0, hi=MAX_ARRIVAL_S, raw=table.raw)
+    lens = {c: int_column(df[c], c, path, lo=1, hi=MAX_LENGTH, raw=table.raw) for c in REPLAY_COLUMNS[1:]}
+    order = np.argsort(arr, kind="stable")  # any row order; ties keep the file's order
     n = min(cfg.requests, len(arr)) if "requests" in cfg.model_fields_set else len(arr)
     order = order[:n]
     return Workload("replay", arr[order], lens["prompt_len"][order], lens["output_len"][order],

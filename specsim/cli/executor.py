@@ -54,6 +54,18 @@ def _load_pair(target: str, draft: str | None, prompts_file: str | None, device:
     return tgt, dft, prompts
 
 
+def check_inputs(sources: dict[str, str | None], prompts: str | None = None) -> None:
+    """Every model SRC and the prompts file checked before any model loads (a bad draft folder must not wait for
+    the target's weights)."""
+    from specsim.executor.inputs import check_source
+    from specsim.executor.record import read_prompt_items
+    for field, spec in sources.items():
+        if spec is not None:
+            check_source(spec, field)
+    if prompts is not None:
+        read_prompt_items(prompts)
+
+
 def _sampling(temperature: float, top_k: int | None, top_p: float | None):
     from specsim.executor.sampling import SamplingConfig
     return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -81,11 +93,16 @@ def record_cmd(
 ) -> None:
     """Record a β trace: the target generates, the draft scores the same tokens teacher-forced."""
     from pathlib import Path
-    _need_torch()
+
     from specsim.errors import check_range
-    from specsim.executor.record import record_trace
+    from specsim.file_checks import output_file
+    from specsim.traces import CSV_SUFFIXES, PARQUET_SUFFIXES
+    output_file(out, "trace file", field="--out", suffixes=PARQUET_SUFFIXES + CSV_SUFFIXES)  # before recording
     check_range("lenience", lenience, lo=0, hi=1, lo_open=True)
+    _need_torch()
+    from specsim.executor.record import record_trace
     cfg = _sampling(temperature, top_k, top_p)
+    check_inputs({"--target": target, "--draft": draft}, prompts)
     tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
                                        kernels)
     eos = getattr(tgt.tokenizer, "eos_token_id", None) if stop_at_eos else None
@@ -131,6 +148,7 @@ def measure_cmd(
     grid = int_list(positions, "--positions")
     batch_sizes = int_list(batches, "--batch")
     cfg = _sampling(temperature, top_k, top_p)
+    check_inputs({"--target": target, "--draft": draft}, prompts)
     tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
                                        kernels)
     res: dict = {"target": tgt.describe(), "draft": dft.describe() if dft else None, "gamma": gamma,

@@ -40,6 +40,8 @@ def synth_cmd(
             raise ConfigError("missing option", field=opt, allowed=allowed)
     given = {"--stretch": stretch, "--concentration": concentration, "--decay": decay, "--beta-easy": beta_easy,
              "--beta-hard": beta_hard, "--bernoulli": bernoulli or None}
+    from specsim.traces import check_trace_out
+    check_trace_out(out, "--out")  # before synthesizing up to 1e8 positions
     if kind not in trace_synth.KINDS:
         raise ConfigError("unknown trace generator", field="--kind", value=kind, allowed=" | ".join(trace_synth.KINDS))
     for opt, value in given.items():
@@ -100,6 +102,8 @@ def convert_cmd(
     """Convert a trace between CSV and parquet, metadata included, β bit-exact."""
     from specsim.traces import Trace
 
+    from specsim.traces import check_trace_out
+    check_trace_out(dst, "OUT")
     trace = Trace.read(src)
     path = trace.write(dst)
     result = {"in": src, "out": str(path), "n_tokens": trace.n_tokens, "n_sequences": trace.n_sequences}

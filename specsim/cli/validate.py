@@ -60,22 +60,44 @@ def calibrate_cmd(
 ) -> None:
     """Fit a stack profile (fractions of bandwidth and peak, per-call and per-layer overheads) to measured passes."""
     from specsim import profiles
-    from specsim.calibrate import fit_stack, points_from_rows, write_stack_toml
     from specsim.cli.executor import _device, _need_torch
+    from specsim.file_checks import output_file
+    output_file(out, "stack profile", field="--out", suffixes=(".toml",), make_parents=True)  # before timing
     _need_torch()
     import torch
     import transformers
 
-    from specsim.executor.sources import load_source
-    from specsim.executor.validate import grid_pass_times, profile_of_source
+    from specsim.calibrate import fit_stack, write_stack_toml
+    from specsim.executor.inputs import check_source
     if overlap not in profiles.OVERLAPS:  # before any timing
         raise ConfigError("unknown overlap", field="--overlap", value=overlap, allowed=" | ".join(profiles.OVERLAPS))
     hw = profiles.hardware(hardware)
     base_stack = profiles.stack(base or hw.default_stack)
     dev = _device(device)
-    P, B, L = _ints(positions, "positions"), _ints(batches, "batches"), _ints(contexts, "contexts", lo=0)
-    log = _log(json_out)
-    points, grids = [], {}
+    grid = _ints(positions, "positions"), _ints(batches, "batches"), _ints(contexts, "contexts", lo=0)
+    for spec in model:  # every model checked before the first is timed
+        check_source(spec, "--model", ngram_ok=False)
+    points = _time_models(model, grid, dev, dtype, kernels, seed, repeats, warmup, _log(json_out))
+    fit = fit_stack(points, hw, name=profile_name or f"{hw.name}-calibrated", holdout_every=holdout_every,
+                    base=base_stack, description=f"fitted to measured passes of {', '.join(model)} on {hw.name}",
+                    multi_row=multi_row, overlap=overlap)
+    extra = {"machine": machine_text(dev), "torch": torch.__version__, "transformers": transformers.__version__,
+             "models": ", ".join(model), "repeats": f"median of {repeats} after {warmup} warm-up"}
+    path = write_stack_toml(out, fit, hw, extra)
+    if json_out:
+        emit_json({"out": str(path), **fit.summary(), "points": fit.rows(), "provenance": extra})
+        return
+    _fit_tables(fit, hw, path)
+
+
+def _time_models(model: list[str], grid, dev: str, dtype: str, kernels: str, seed: int, repeats: int, warmup: int,
+                 log) -> list:
+    """Measured passes of every model over the (positions, batches, contexts) grid, one model in memory at once."""
+    from specsim.calibrate import points_from_rows
+    from specsim.executor.sources import load_source
+    from specsim.executor.validate import grid_pass_times, profile_of_source
+    P, B, L = grid
+    points = []
     for spec in model:
         src = load_source(spec, device=dev, dtype=dtype, seed=seed, kernels=kernels)
         prof = profile_of_source(spec, src)
@@ -84,19 +106,12 @@ def calibrate_cmd(
                               allowed="a HF directory, a .gguf file or profile:<name>[:layers=N]")
         log(f"[calibrate] timing {spec} ({prof.n_layers} layers, {prof.dtype}) over {len(P) * len(B) * len(L)} points")
         rows = grid_pass_times(src, P, L, B, repeats=repeats, warmup=warmup, seed=seed)
-        grids[spec] = rows
         points += points_from_rows(rows, prof)
         del src
-    fit = fit_stack(points, hw, name=profile_name or f"{hw.name}-calibrated", holdout_every=holdout_every,
-                    base=base_stack, description=f"fitted to measured passes of {', '.join(model)} on {hw.name}",
-                    multi_row=multi_row, overlap=overlap)
-    extra = {"machine": machine_text(dev), "torch": torch.__version__, "transformers": transformers.__version__,
-             "models": ", ".join(model), "repeats": f"median of {repeats} after {warmup} warm-up"}
-    path = write_stack_toml(out, fit, hw, extra)
-    res = {"out": str(path), **fit.summary(), "points": fit.rows(), "provenance": extra}
-    if json_out:
-        emit_json(res)
-        return
+    return points
+
+
+def _fit_tables(fit, hw, path) -> None:
     table(f"calibration on {hw.name}: {path}", ["model", "batch", "positions", "context", "measured_s",
                                                  "predicted_s", "error_pct", "held_out"],
           [[r["model"], r["batch"], r["positions"], r["context"], r["measured_s"], r["predicted_s"], r["error_pct"],
@@ -136,14 +151,19 @@ def validate_cmd(
 ) -> None:
     """Run speculative and plain decoding for real, replay the recorded trace through the engine, compare."""
     from specsim import profiles
-    from specsim.cli.executor import _device, _load_pair, _need_torch, _sampling
-    _need_torch()
+    from specsim.cli.executor import _device, _load_pair, _need_torch, _sampling, check_inputs
     from specsim.errors import check_range
-    from specsim.executor.validate import MODES, profile_of_source, validate_pair
+    from specsim.file_checks import output_file
+    from specsim.traces import CSV_SUFFIXES, PARQUET_SUFFIXES
+    if trace_out:  # before the runs
+        output_file(trace_out, "trace file", field="--trace-out", suffixes=PARQUET_SUFFIXES + CSV_SUFFIXES)
     check_range("temperature", temperature, lo=0, hi=100)
+    _need_torch()
+    from specsim.executor.validate import MODES, profile_of_source, validate_pair
     gammas = _gamma_list(predict_gammas)
     hw = profiles.hardware(hardware)
     st = profiles.load_stack(stack) if stack else None
+    check_inputs({"--target": target, "--draft": draft}, prompts)
     tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
                                        kernels)
     res = validate_pair(tgt, dft, prompt_ids, hardware=hw, target_profile=profile_of_source(target, tgt),

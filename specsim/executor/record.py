@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from specsim.errors import ConfigError
+from specsim.file_checks import input_file
 from specsim.executor.sampling import PLAIN, SamplingConfig, adjust, overlap
 from specsim.executor.sources import Source
 from specsim.executor.speculative import PlainDecoder, fit_vocab
@@ -116,29 +117,47 @@ def _chat(tokenizer, messages) -> list[int]:
     return [int(t) for t in out]
 
 
-def load_prompts(path: str | Path, tokenizer=None, vocab_size: int | None = None, chat: bool = False,
-                 limit: int | None = None) -> list[list[int]]:
-    """Prompts as token ids. FILE is .jsonl / .json (items: {"input_ids": [...]}, {"prompt"|"text": str},
-    {"messages": [...]} for a chat template, a bare string or a bare id list) or any other text file
-    (one prompt per non-blank line). Without a tokenizer, text becomes UTF-8 bytes mod the vocabulary."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("prompts file not found", file=path)
-    text = path.read_text(encoding="utf-8")
+def read_prompt_items(path: str | Path) -> list:
+    """The prompts file's items, before tokenizing: checked first, so a bad file fails before any model loads.
+    .jsonl: one JSON value a line; .json: a JSON list; any other suffix: one prompt per non-blank text line."""
+    path = input_file(path, "prompts file", missing="prompts file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("prompts file is not UTF-8 text", file=path) from None
     if path.suffix == ".jsonl":
-        try:
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"not valid JSON lines ({e.msg})", file=path) from None
+        items = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"line {n} is not valid JSON ({e.msg})", file=path) from None
     elif path.suffix == ".json":
         try:
             items = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"not valid JSON ({e.msg} at line {e.lineno})", file=path) from None
         if not isinstance(items, list):
-            raise ConfigError("a .json prompts file must hold a list", file=path)
+            raise ConfigError("a .json prompts file must hold a list", file=path, value=type(items).__name__)
     else:
         items = [line for line in text.splitlines() if line.strip()]
+    if not items:
+        raise ConfigError("no prompts in file", file=path)
+    return items
+
+
+def _is_id(t) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0
+
+
+def load_prompts(path: str | Path, tokenizer=None, vocab_size: int | None = None, chat: bool = False,
+                 limit: int | None = None) -> list[list[int]]:
+    """Prompts as token ids. FILE is .jsonl / .json (items: {"input_ids": [...]}, {"prompt"|"text": str},
+    {"messages": [...]} for a chat template, a bare string or a bare id list) or any other text file
+    (one prompt per non-blank line). Without a tokenizer, text becomes UTF-8 bytes mod the vocabulary."""
+    items = read_prompt_items(path)
+    path = Path(path)
     vocab = vocab_size or (len(tokenizer) if tokenizer is not None else None)
     prompts = []
     for i, item in enumerate(items[:limit] if limit else items):
@@ -156,8 +175,9 @@ def load_prompts(path: str | Path, tokenizer=None, vocab_size: int | None = None
             ids = _encode(item, tokenizer, vocab, chat)
         else:
             ids = item
-        if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and t >= 0 for t in ids):
-            raise ConfigError("prompt must be a non-empty list of token ids", file=path, field=f"item {i}")
+        if not isinstance(ids, list) or not ids or not all(_is_id(t) for t in ids):
+            raise ConfigError("prompt must be a non-empty list of token ids (integers >= 0, not true/false)",
+                              file=path, field=f"item {i}")
         if vocab is not None and max(ids) >= vocab:
             raise ConfigError("token id outside the vocabulary", file=path, field=f"item {i}", value=max(ids),
                               allowed=f"[0, {vocab - 1}]")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from specsim.errors import ConfigError
+from specsim.executor.inputs import check_gguf, check_model_dir, check_source
 from specsim.executor.kernels import check_kernels, install, kernel_scope, resolve_kernels
 
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -272,23 +273,30 @@ def hf_source(path: str | Path, *, dtype: str | torch.dtype = "auto", device: st
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = Path(path)
     kw: dict = {}
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ConfigError("GGUF file not found", file=path)
+    if path.suffix.lower() == ".gguf":
+        check_gguf(path)
         where, kw["gguf_file"] = str(path.parent), path.name
     else:
-        if not (path / "config.json").is_file():
-            raise ConfigError("not a Hugging Face model directory (no config.json)", file=path,
-                              allowed=", ".join(SOURCE_FORMS))
+        check_model_dir(path)  # config.json valid, weights present: one line, not transformers' traceback
         where = str(path)
     torch_dtype = resolve_dtype(dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **kw).to(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **kw).to(device)
+    except (KeyboardInterrupt, MemoryError, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as e:  # a damaged checkpoint or config fails deep inside transformers / safetensors
+        raise ConfigError(f"cannot load the model ({type(e).__name__}: {_first_line(e)})", file=path) from None
     try:
         tok = AutoTokenizer.from_pretrained(where, **kw)
     # a weights-only directory still times fine; prompts must then be token ids
     except (OSError, ValueError, KeyError, TypeError):
         tok = None
     return HFSource(model, path.name, tokenizer=tok, kernels=kernels)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else "no message"
 
 
 def _options(parts: list[str], spec: str, allowed: dict[str, type]) -> dict:
@@ -326,7 +334,5 @@ def load_source(spec: str, *, device: str = "cpu", dtype: str = "auto", seed: in
         opts = _options(rest[1:], spec, {"layers": int})
         return random_source(profiles.model(rest[0]), layers=opts.get("layers"), dtype=dtype, device=device,
                              seed=seed, name=spec, kernels=kernels)
-    path = Path(spec)
-    if not path.exists():
-        raise ConfigError("unknown model source", field="source", value=spec, allowed="; ".join(SOURCE_FORMS))
-    return hf_source(path, dtype=dtype, device=device, kernels=kernels)
+    check_source(spec)  # a missing path, a file that is not GGUF, a folder without config.json or weights
+    return hf_source(Path(spec), dtype=dtype, device=device, kernels=kernels)
