@@ -190,12 +190,18 @@ def make_backend(scheduler: str | None, workers: int):
     return Inline() if workers == 1 else Processes(workers)
 
 
+DASK_SCHEMES = ("tcp", "tls", "ucx", "inproc", "ws", "wss")  # distributed.comm's registered backends
+
+
 def probe_scheduler(address: str, timeout_s: float | None = None) -> None:
     """Refuse, in one line and within `timeout_s`, an address where no Dask scheduler answers."""
     timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
     scheme, host, port = _split_address(address)
+    if scheme not in DASK_SCHEMES:  # e.g. http://: the dashboard's address, not the scheduler's
+        raise ConfigError(f"not a Dask scheduler address (scheme {scheme}://)", field="--scheduler", value=address,
+                          allowed="tcp://HOST:PORT as the scheduler prints it (or tls://, ucx://, ws://, wss://)")
     if scheme != "tcp":
-        return  # tls://, ucx://, inproc://: left to the client's own connect timeout
+        return  # tls://, ucx://, ws://: left to the client's own connect timeout
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)
     except socket.timeout:

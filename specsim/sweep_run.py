@@ -119,6 +119,11 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, scheduler: s
                                        f"fixed") from None
             finally:
                 backend.close()
+        damaged = _damaged_results(out / RESULTS)
+        if damaged:
+            opened.notes.append(damaged)
+            if progress:
+                print(f"specsim: note: {damaged}", file=sys.stderr)
         errors = write_results(part_files(out / PARTS), spec, sid, out / RESULTS, write_atomic)
     finally:
         opened.close()
@@ -257,13 +262,33 @@ def run_chunk(fn_ref: Callable | str, items: list[tuple[int, SimConfig]]) -> tup
         except SpecsimError as e:
             rows.append((i, None, " ".join(str(e).split()) or type(e).__name__))
             continue
-        except Exception as e:
-            raise RuntimeError(f"point {i} ({cfg.model_dump(exclude_defaults=True)}) raised "
-                               f"{type(e).__name__}: {e}\n{traceback.format_exc()}") from None
+        except Exception as e:  # a bug in the point function: one line with where it happened, parts are kept
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            raise SpecsimError(f"point function {_name(fn_ref)} raised {type(e).__name__}: "
+                               f"{' '.join(str(e).split())[:300]} (point {i}, {where.filename}:{where.lineno}); "
+                               f"finished points are kept — fix the function and rerun the same command") from None
         if not isinstance(out, dict):
-            raise TypeError(f"point function returned {type(out).__name__}, not dict (point {i})")
+            raise SpecsimError(f"point function {_name(fn_ref)} returned {type(out).__name__}, not a dict "
+                               f"(point {i}); allowed: a function SimConfig -> dict, like specsim.simulate:run")
         rows.append((i, json.dumps(out, default=_jsonable), None))
     return rows, time.perf_counter() - t0
+
+
+def _damaged_results(path: Path) -> str | None:
+    """A note when an existing results.parquet cannot be read (it is rebuilt from the parts right after)."""
+    if not path.exists():
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        pq.read_metadata(path)
+        return None
+    except Exception as e:  # truncated, zero bytes, not parquet: all rebuilt the same way
+        return f"{path} could not be read ({type(e).__name__}); rebuilt it from the parts"
+
+
+def _name(fn_ref: Callable | str) -> str:
+    return fn_ref if isinstance(fn_ref, str) else getattr(fn_ref, "__qualname__", repr(fn_ref))
 
 
 def _jsonable(x: Any) -> Any:
