@@ -123,11 +123,14 @@ def _beta_traces(runs: list[dict], n_prompts: int) -> list[list[float]]:
             p = i % n_prompts
             if p in seqs:
                 continue
-            beta = [1.0]  # output token 0 comes from the prefill
+            beta = [np.nan]  # output token 0 comes from the prefill: never a draft
             for a, d in zip(sd["per_step_accepted"], sd["per_step_drafted"]):
-                beta += [1.0] * a + ([0.0] if a < d else [1.0])
+                beta += [1.0] * a + ([0.0] if a < d else [np.nan])  # after a clean sweep: the untested bonus
             seqs[p] = beta
-    return [seqs[p] for p in sorted(seqs)]
+    missing = sorted(set(range(n_prompts)) - set(seqs))
+    if missing:  # request i replays sequence i mod n_prompts: a gap would shift every later prompt
+        raise SystemExit(f"vllm_analyze: no per-request spec metrics for prompts {missing}")
+    return [seqs[p] for p in range(n_prompts)]
 
 
 def _find_spec(obj):
@@ -146,8 +149,9 @@ class _Trace:
     """The minimal trace object `Acceptance` reads (sequences, α, slot factors 1)."""
 
     def __init__(self, seqs):
-        self._s = [np.asarray(s, float) for s in seqs]
-        self.alpha = float(np.concatenate(self._s[:]).mean())
+        raw = np.concatenate([np.asarray(s, float) for s in seqs])
+        self.alpha = float(np.nanmean(raw))  # over the positions a draft was tested at
+        self._s = [np.nan_to_num(np.asarray(s, float), nan=1.0) for s in seqs]  # untested: never read at k = 3
 
     def sequences(self):
         return self._s

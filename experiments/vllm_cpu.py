@@ -1,5 +1,6 @@
 """Measure vLLM serving with and without speculative decoding on this CPU (or any running vLLM server).
 
+    .venv/bin/python experiments/vllm_cpu.py all                # measure (resumable), then analyze
     .venv/bin/python experiments/vllm_cpu.py measure            # start servers, run the grid, resumable
     .venv/bin/python experiments/vllm_cpu.py measure --server http://127.0.0.1:8000 --mode draft  # a running one
     .venv/bin/python experiments/vllm_cpu.py import-bench FILE.json --mode draft --point c4 --repeat 0
@@ -289,33 +290,39 @@ def cmd_import(a) -> None:
     _write(out / f"{a.mode}__{a.point}__r{a.repeat}.json", d)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("measure")
+def _measure_args(m) -> None:
     m.add_argument("--out", default=str(OUT))
     m.add_argument("--repeats", type=int, default=3)
     m.add_argument("--output-len", type=int, default=32)
-    m.add_argument("--cal-repeats", type=int, default=1, help="calibration sessions per model (run after the grid)")
+    m.add_argument("--cal-repeats", type=int, default=2, help="calibration sessions per model (the second after "
+                                                                "the grid)")
     m.add_argument("--port", type=int, default=8123)
     m.add_argument("--vllm-python", default="/work/vllm-env/venv/bin/python")
     m.add_argument("--server", default=None, help="URL of a running vLLM server (then nothing is started)")
     m.add_argument("--mode", default="plain", help="with --server: the label of what that server runs")
-    i = sub.add_parser("import-bench")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    _measure_args(sub.add_parser("all", help="measure (resumable), then analyze: the one command"))
+    _measure_args(sub.add_parser("measure", help="start servers and run the grid (resumable)"))
+    i = sub.add_parser("import-bench", help="a `vllm bench serve --save-result --save-detailed` JSON as a point")
     i.add_argument("file")
     i.add_argument("--mode", required=True)
     i.add_argument("--point", required=True)
     i.add_argument("--repeat", type=int, default=0)
     i.add_argument("--out", default=str(OUT))
-    an = sub.add_parser("analyze")
+    an = sub.add_parser("analyze", help="calibrate (runs without speculation only), predict, compare, plot")
     an.add_argument("--out", default=str(OUT))
     a = ap.parse_args()
-    if a.cmd == "measure":
+    if a.cmd in ("measure", "all"):
         cmd_measure(a)
-    elif a.cmd == "import-bench":
+    if a.cmd == "import-bench":
         cmd_import(a)
-    else:
+    elif a.cmd in ("analyze", "all"):
         from vllm_analyze import analyze  # experiments/vllm_analyze.py
+
         analyze(Path(a.out))
 
 

@@ -78,8 +78,9 @@ def report(out: Path, res: dict) -> Path:
          f"--no-enable-prefix-caching`; target Qwen2.5-Coder-1.5B-Instruct, draft 0.5B-Instruct, k = 3; "
          f"32 output tokens per request (ignore_eos), 16 code prompts (experiments/prompts/vllm_code_prompts.txt). "
          f"Commit of the analysis: {_git()}.", "",
-         "Reproduce: `.venv/bin/python experiments/vllm_cpu.py measure --repeats 3` (resumable; ABBA order of "
-         "sessions over repeats), then `.venv/bin/python experiments/vllm_cpu.py analyze`.", "",
+         "Reproduce: `.venv/bin/python experiments/vllm_cpu.py all` (measures — resumable, sessions in ABBA order "
+         "over 3 repeats, a second calibration session per model at the end — then analyzes; "
+         "`analyze` alone redoes the analysis from the committed runs).", "",
          "Calibration saw only the target and the draft each served alone (sessions cal-target, cal-draft); "
          "acceptance is vLLM's own per-request accepted counts. Every speculative point below is a prediction.", "",
          f"- eq. (5) at α = {res['alpha_trace']:.3f} (the trace's mean β), c = {res['c']:.3f} "
