@@ -93,6 +93,12 @@ def report(out: Path, res: dict) -> Path:
          f"{100 * res['sum_median_abs_err_speedup_throughput']:.1f}% / "
          f"{100 * res['sum_max_abs_err_speedup_throughput']:.1f}%, TPOT "
          f"{100 * res['sum_median_abs_err_speedup_tpot']:.1f}% / {100 * res['sum_max_abs_err_speedup_tpot']:.1f}%",
+         *([f"- acceptance from `specsim record` on the same prompts instead (trace_record.csv: α = "
+            f"{res['alpha_record']:.3f}, vLLM's own {res['alpha_trace']:.3f}): throughput "
+            f"{100 * res['rec_median_abs_err_speedup_throughput']:.1f}% / "
+            f"{100 * res['rec_max_abs_err_speedup_throughput']:.1f}%, TPOT "
+            f"{100 * res['rec_median_abs_err_speedup_tpot']:.1f}% / {100 * res['rec_max_abs_err_speedup_tpot']:.1f}%"]
+           if res.get("alpha_record") is not None else []),
          f"- break-even concurrency: measured {res['break_even_measured']}, predicted {res['break_even_predicted']}",
          "", "![measured vs predicted](vllm_cpu.png)", "",
          "| point | repeats | measured speedup (thr), median [min, max] | predicted | err | measured speedup "
