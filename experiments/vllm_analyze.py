@@ -172,8 +172,6 @@ def _workload(run: dict) -> Workload:
 
 
 def predict(run: dict, tt: StepTable, td: StepTable | None, acc, blocks: int) -> dict:
-    from specsim.acceptance import Acceptance  # noqa: F401  (acc is an Acceptance)
-
     wl = _workload(run)
     vc = VllmV1Config(max_num_seqs=256, max_num_batched_tokens=2048, block_size=128)
     e = VllmV1Engine(wl, vc, tt, td, acc, k=K if td is not None else 0, blocks=blocks)

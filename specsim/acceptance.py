@@ -219,6 +219,15 @@ _AR = np.arange(GAMMA_CAP + 2, dtype=np.int64)
 _TRACES: dict = {}
 
 
+def accepted_in_step(acc, gen: np.random.Generator, g: int, pos: int) -> int:
+    """One request's verification of g drafts, one request at a time (the step-by-step engine profiles): g fresh
+    uniforms from its own stream against the thresholds at walk offset `pos`; the number of leading accepts."""
+    u = gen.random(g)
+    thr = acc.thresholds(g, None if acc.constant else np.array([pos]))
+    ok = u < (thr[0] if thr.ndim == 2 else thr)[:g]
+    return int(g if ok.all() else ok.argmin())
+
+
 def leading_accepts(u: np.ndarray, thr: np.ndarray) -> np.ndarray:
     """Per row of u (R, G): the number of leading k with u[:, k] < thr[k] (0 … G), as uint8."""
     alive = u[:, 0] < thr[0]

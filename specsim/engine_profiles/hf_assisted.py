@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from specsim.acceptance import accepted_in_step
 from specsim.errors import ConfigError
 from specsim.metrics import Records
 
@@ -79,10 +80,7 @@ def _request(i: int, P: int, out: int, G: int, t: _Passes, d: _Passes, acc):
         parts = [d.at(P, 0) if first else d.at(2, cur - 2)]
         parts += [d.at(1, cur + j) for j in range(g - 1)]
         parts.append(t.at(P + g, 0) if first else t.at(g + 1, cur - 1))
-        thr = acc.thresholds(g, None if acc.constant else np.array([pos]))
-        thr = thr[0] if thr.ndim == 2 else thr
-        ok = gen.random(g) < thr[:g]
-        n = int(g if ok.all() else ok.argmin())
+        n = accepted_in_step(acc, gen, g, pos)
         rounds.append((sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts), g, n))
         cur += n + 1
         pos += n + 1

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.acceptance import accepted_in_step
 from specsim.costs import kv_bytes_per_token_per_chip
 from specsim.errors import DoesNotFitError
 from specsim.metrics import Records
@@ -152,19 +153,6 @@ class VllmV1Engine:
                 break
 
     # --- one step ------------------------------------------------------------------------------------------
-    def _accept(self, r: _Req, d: int) -> int:
-        """Leading accepted drafts out of d, from the request's own uniform stream (d draws per verification,
-        as the batch-1 engines read it) against the thresholds at its position in the β walk."""
-        acc = self.acc
-        if r.gen is None:
-            r.gen = acc.generator(r.i)
-            r.pos = int(acc.walk_start(r.i)) + 1
-        u = r.gen.random(d)
-        thr = acc.thresholds(d, None if acc.constant else np.array([r.pos]))
-        thr = thr[0] if thr.ndim == 2 else thr
-        ok = u < thr[:d]
-        return int(d if ok.all() else ok.argmin())
-
     def step(self, sched: list, now: float) -> tuple[float, list]:
         new = np.array([n for _, n in sched], dtype=np.int64)
         ctx = np.array([r.computed for r, _ in sched], dtype=np.int64)
@@ -177,7 +165,7 @@ class VllmV1Engine:
                 continue
             d = r.computed + n - (r.prompt + r.emitted)  # drafts verified (the budget may have cut some)
             first = r.emitted == 0
-            a = self._accept(r, d) if d > 0 else 0
+            a = accepted_in_step(self.acc, r.gen, d, r.pos) if d > 0 else 0  # r.gen set at its first token
             r.computed += n - (d - a)
             gain = min(a + 1, r.out - r.emitted)
             if not first and self.acc is not None:
