@@ -40,17 +40,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from specsim import profiles as prof  # noqa: E402
-from specsim import trace_synth  # noqa: E402
-from specsim.acceptance import Acceptance  # noqa: E402
+from specsim import profiles as prof# noqa: E402
+from specsim.traces import synth as trace_synth  # noqa: E402
+from specsim.engine.acceptance import Acceptance  # noqa: E402
 from specsim.config import SimConfig  # noqa: E402
-from specsim.costs import CostModel  # noqa: E402
-from specsim.engine import run_engine  # noqa: E402
-from specsim.fastpath import run_fast  # noqa: E402
-from specsim.policies import make_policy  # noqa: E402
+from specsim.cost.roofline import CostModel  # noqa: E402
+from specsim.engine.simpy_engine import run_engine  # noqa: E402
+from specsim.engine.fastpath import run_fast  # noqa: E402
+from specsim.engine.policies import make_policy  # noqa: E402
 from specsim.simulate import run  # noqa: E402
-from specsim.steptime import Memory, StepCosts  # noqa: E402
-from specsim.workload import build_workload  # noqa: E402
+from specsim.cost.steptime import Memory, StepCosts  # noqa: E402
+from specsim.engine.workload import build_workload  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_STEPS_PER_S = 100_000

@@ -154,7 +154,7 @@ def main() -> None:
 
         df = pd.read_parquet(report.results)
         t2 = time.perf_counter()
-        from specsim.plots import plot_all
+        from specsim.sweep.plots import plot_all
 
         made, _ = plot_all(df, Path(tmp) / "plots")
         plots_s = time.perf_counter() - t2

@@ -7,7 +7,7 @@ Two setups, each a resumable sweep (specs in experiments/sweeps/, results.parque
    saturation: speedup against rate, TPOT / end-to-end latency against throughput with and without speculation.
 2. T5-XXL on one TPU v4 (T5X stack) with T5-small / base / large drafts, α from the paper (EnDe, T = 0:
    0.75 / 0.80 / 0.82), γ 1..8, closed loop over batch sizes 1..256 (the chip's memory stops the batch first).
-Per load point the recommended γ follows `specsim.choose` (smallest γ within 2% of the best simulated speedup;
+Per load point the recommended γ follows `specsim.studies.choose` (smallest γ within 2% of the best simulated speedup;
 0 = off when no γ pays) and the bands have the shape of vLLM's `num_speculative_tokens_per_batch_size`. Every
 simulated speedup is printed beside eq. (5) at the same γ (c at batch 1), and beside eq. (5)'s own optimum.
 
@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from specsim import theory
-from specsim.choose import GAMMA_TOLERANCE, bands, bands_text
+from specsim.studies.choose import GAMMA_TOLERANCE, bands, bands_text
 from specsim.cli.output import table
 from specsim.sweep import load_spec, run_sweep
 
@@ -80,7 +80,7 @@ def aggregate(df: pd.DataFrame, load: str) -> pd.DataFrame:
 
 
 def decide(agg: pd.DataFrame, load: str) -> pd.DataFrame:
-    """Per (draft, load): best and recommended γ by `specsim.choose`'s rule, beside eq. (5)."""
+    """Per (draft, load): best and recommended γ by `specsim.studies.choose`'s rule, beside eq. (5)."""
     rows = []
     for (draft, x), g in agg.groupby(["draft", load], sort=False):
         g = g.sort_values("gamma")

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
 from specsim import profiles
-from specsim.costs import CostModel, check_fits
+from specsim.cost.roofline import CostModel, check_fits
 from specsim.errors import SpecsimError
 from specsim.profiles import IDEAL_STACK
 

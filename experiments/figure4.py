@@ -27,7 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from specsim import theory, trace_synth  # noqa: E402
+from specsim import theory# noqa: E402
+from specsim.traces import synth as trace_synth  # noqa: E402
 from specsim.config import SimConfig  # noqa: E402
 from specsim.simulate import run  # noqa: E402
 

@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from specsim import theory  # noqa: E402
+from specsim import theory# noqa: E402
 from specsim.config import SimConfig  # noqa: E402
 from specsim.simulate import run  # noqa: E402
 

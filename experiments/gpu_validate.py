@@ -4,7 +4,7 @@ What it does, in a few minutes on an H200:
 1. builds both models with random weights from the model profiles (timing does not depend on weight values);
 2. times one pass (forward + argmax of the last position, CUDA-synchronized) over positions P ∈ 1..64, batch sizes
    B ∈ 1..32 and two cached contexts, for both models;
-3. fits a stack profile to those passes (`specsim.calibrate`, every 4th point held out) and writes it as TOML;
+3. fits a stack profile to those passes (`specsim.cost.calibrate`, every 4th point held out) and writes it as TOML;
 4. runs speculative decoding (γ drafts, one verification of γ+1 positions, caches cropped to the accepted prefix)
    with acceptance replayed from a synthetic β ∈ {0, 1} trace (i.i.d. Bernoulli(α)), and plain decoding, on the
    same random prompts, interleaved, repeated; then replays the same trace through the SimPy engine;
@@ -155,13 +155,13 @@ def main(argv=None) -> int:
     import torch
 
     from specsim import profiles
-    from specsim.calibrate import fit_stack, points_from_rows, write_stack_toml
-    from specsim.costs import CostModel
+    from specsim.cost.calibrate import fit_stack, points_from_rows, write_stack_toml
+    from specsim.cost.roofline import CostModel
     from specsim.executor.sources import random_source
     from specsim.executor.validate import grid_pass_times, predict_replay, prefill_times, replay_matches
-    from specsim.measured import MeasuredCosts
+    from specsim.cost.measured import MeasuredCosts
     from specsim.profiles import IDEAL_STACK
-    from specsim.trace_synth import iid
+    from specsim.traces.synth import iid
 
     t_start = time.perf_counter()
     out = Path(args.out)

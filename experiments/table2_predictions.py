@@ -25,9 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specsim import profiles, theory  # noqa: E402
+from specsim import profiles# noqa: E402
+from specsim import theory# noqa: E402
 from specsim.config import SimConfig  # noqa: E402
-from specsim.costs import CostModel  # noqa: E402
+from specsim.cost.roofline import CostModel  # noqa: E402
 from specsim.simulate import run  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -149,7 +149,7 @@ def refit_pair(key: str, res: dict) -> dict:
     """`analyze_pair` on a saved run: same measurements, same trace, today's fits and engine."""
     from specsim import profiles
     from specsim.executor.validate import analyze_pair
-    from specsim.traces import Trace
+    from specsim.traces.format import Trace
 
     cfg = PAIRS[key]
     trace = Trace.read(RESULTS / f"validate_cpu_trace_{key}.csv")
@@ -167,7 +167,7 @@ def refit_pair(key: str, res: dict) -> dict:
 
 def write_stacks(res: dict, key: str, tag: str, hw, extra: dict) -> None:
     """Pop the fits out of `res`, write them as cpu_stack_<key>[_multi_row|_serial]<tag>.toml, note the paths."""
-    from specsim.calibrate import write_stack_toml
+    from specsim.cost.calibrate import write_stack_toml
     for mode, fit in res.pop("fits").items():
         suffix = mode.removeprefix("calibrated")
         path = RESULTS / f"cpu_stack_{key}{suffix}{tag}.toml"
@@ -222,7 +222,7 @@ def markdown(results: dict, rows: list[dict], started: str) -> str:
            "of every pass of several positions (`multi_position_overhead_s`); calibrated_serial = "
            "that with the memory and compute times added instead of overlapped (`StackProfile.overlap = \"sum\"`: "
            "eager CPU kernels stream a weight block, then multiply it); measured = the grid "
-           "interpolated (`specsim.measured.MeasuredCosts`). All replay the β trace recorded on the same prompts "
+           "interpolated (`specsim.cost.measured.MeasuredCosts`). All replay the β trace recorded on the same prompts "
            "through the SimPy engine."), ""]
     for key, res in results.items():
         ex = res["executor"]

@@ -33,14 +33,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specsim import profiles as prof  # noqa: E402
-from specsim import theory  # noqa: E402
-from specsim.acceptance import _read_trace  # noqa: E402
-from specsim.engine_profiles.step_costs import StepTable  # noqa: E402
-from specsim.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine  # noqa: E402
-from specsim.metrics import latency_metrics  # noqa: E402
-from specsim.reference import vllm as vr  # noqa: E402
-from specsim.workload import Workload  # noqa: E402
+from specsim import profiles as prof# noqa: E402
+from specsim import theory# noqa: E402
+from specsim.engine.acceptance import _read_trace  # noqa: E402
+from specsim.engine.engine_profiles.step_costs import StepTable  # noqa: E402
+from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine  # noqa: E402
+from specsim.engine.metrics import latency_metrics  # noqa: E402
+from specsim.validation import vllm_outputs as vr  # noqa: E402
+from specsim.engine.workload import Workload  # noqa: E402
 
 K = 3
 SPEC_MODES = ("draft",)
@@ -277,7 +277,7 @@ def analyze(out: Path) -> dict:
     tt.write_csv(out / "step_table_target.csv")
     td_raw.write_csv(out / "step_table_draft_alone.csv")
     td.write_csv(out / "step_table_draft_forward.csv")
-    from specsim.acceptance import Acceptance
+    from specsim.engine.acceptance import Acceptance
 
     n_prompts = 16
     seqs = _beta_traces(runs, n_prompts)

@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specsim.reference import vllm as vr  # noqa: E402
+from specsim.validation import vllm_outputs as vr  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "vllm_cpu"
 CACHE = ROOT / ".specsim-cache" / "hf"

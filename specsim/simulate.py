@@ -21,19 +21,20 @@ from functools import lru_cache
 import numpy as np
 from pydantic import ValidationError
 
-from specsim import engine_profiles, theory
-from specsim.acceptance import ORACLE_CAP, Acceptance
+from specsim.engine import engine_profiles
+from specsim import theory
+from specsim.engine.acceptance import ORACLE_CAP, Acceptance
 from specsim.config import SimConfig
 from specsim.errors import ConfigError
-from specsim.metrics import Records, acceptance_metrics, latency_metrics, step_metrics
-from specsim.policies import make_policy
-from specsim.steptime import Memory, StepCosts
-from specsim.workload import Workload, build_workload
+from specsim.engine.metrics import Records, acceptance_metrics, latency_metrics, step_metrics
+from specsim.engine.policies import make_policy
+from specsim.cost.steptime import Memory, StepCosts
+from specsim.engine.workload import Workload, build_workload
 
 
 def make_config(**kwargs) -> SimConfig:
     """Build a SimConfig; a bad value becomes a one-line ConfigError naming the field and the allowed range."""
-    from specsim.profiles import _translate
+    from specsim.profiles.loader import _translate
 
     try:
         return SimConfig(**{k: v for k, v in kwargs.items() if v is not None})
@@ -74,16 +75,16 @@ def _costs(cfg: SimConfig):
 
 def _cost_model(model, hw, st, tp: int, measured: str | None, field: str):
     """The roofline CostModel, or (measured cost mode) pass times interpolated from the CSV at `measured`."""
-    from specsim.costs import CostModel
+    from specsim.cost.roofline import CostModel
 
     if measured is None:
         return CostModel(model, hw, st, tp=tp)
     import csv
 
-    from specsim.costs import check_tp
+    from specsim.cost.roofline import check_tp
 
     check_tp(model, hw, tp)
-    from specsim.measured import MeasuredCosts
+    from specsim.cost.measured import MeasuredCosts
 
     if model.architecture == "encoder-decoder":
         raise ConfigError("measured cost mode supports decoder-only models", field=field, value=measured,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from specsim import profiles as prof
-from specsim.calibrate import (
+from specsim.cost.calibrate import (
     PassPoint,
     RowAwareCostModel,
     error_stats,
@@ -230,7 +230,7 @@ def test_toml_with_a_multi_row_fraction_still_loads(tmp_path):
 def test_fit_on_real_cpu_measurements_of_tiny_random_models(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from specsim.calibrate import points_from_rows
+    from specsim.cost.calibrate import points_from_rows
     from specsim.executor.sources import load_source
     from specsim.executor.validate import grid_pass_times, profile_of_source
     n = torch.get_num_threads()

@@ -7,7 +7,7 @@ and the vectorized fast path agree bit for bit, as they do without it."""
 import numpy as np
 import pytest
 
-from specsim import trace_synth
+from specsim.traces import synth as trace_synth
 from specsim.simulate import make_config, simulate
 
 # a CPU-like stack: passes of more than one row read the weights at a quarter of the rate, so catching up costs
@@ -82,11 +82,11 @@ def test_fast_path_and_engine_agree_with_catchup(cpu, kw):
 
 @pytest.mark.parametrize("kw", [dict(batch=8), dict(rate=2.0), dict(batch=3, replicas=2)])
 def test_the_two_step_kernels_agree_with_catchup(cpu, kw):
-    from specsim.acceptance import Acceptance
-    from specsim.engine import run_engine
-    from specsim.policies import FixedPolicy
+    from specsim.engine.acceptance import Acceptance
+    from specsim.engine.simpy_engine import run_engine
+    from specsim.engine.policies import FixedPolicy
     from specsim.simulate import _costs
-    from specsim.workload import build_workload
+    from specsim.engine.workload import build_workload
 
     cfg = _cfg(cpu, alpha=0.8, gamma=3, draft_catchup=True, requests=24, **kw)
     wl, acc = build_workload(cfg), Acceptance.from_config(cfg)
@@ -104,7 +104,7 @@ def test_sweep_point_ids_do_not_move_for_configs_without_catchup():
     """A sweep written before draft_catchup existed keeps its point ids (resumes without recomputing)."""
     import json
 
-    from specsim.sweep_spec import canonical_json, point_id
+    from specsim.sweep.spec import canonical_json, point_id
     cfg = make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.7)
     assert "draft_catchup" not in json.loads(canonical_json(cfg))
     on = cfg.model_copy(update={"draft_catchup": True})

@@ -1,4 +1,4 @@
-"""`specsim choose-draft` / `specsim.choose`: draft ranking, γ bands by load, break-even, memory, bad input."""
+"""`specsim choose-draft` / `specsim.studies.choose`: draft ranking, γ bands by load, break-even, memory, bad input."""
 
 import json
 from itertools import pairwise
@@ -6,7 +6,7 @@ from itertools import pairwise
 import pytest
 
 from specsim import theory
-from specsim.choose import bands, choose_draft, parse_draft
+from specsim.studies.choose import bands, choose_draft, parse_draft
 from specsim.cli import main
 from specsim.errors import ConfigError
 
@@ -156,7 +156,7 @@ def test_parse_draft():
 
 
 def test_trace_draft_uses_the_trace_alpha_and_clustering(tmp_path):
-    from specsim import trace_synth
+    from specsim.traces import synth as trace_synth
 
     path = tmp_path / "clustered.parquet"
     trace = trace_synth.markov(0.7, 20, n_sequences=32, length=256, seed=0)

@@ -3,7 +3,7 @@
 import pytest
 
 from specsim import profiles as prof
-from specsim.costs import CostModel, check_fits, cost_ratio_c
+from specsim.cost.roofline import CostModel, check_fits, cost_ratio_c
 from specsim.errors import DoesNotFitError
 from specsim.profiles import HardwareProfile, ModelProfile, StackProfile
 

@@ -304,7 +304,7 @@ def test_a_scheduler_that_is_an_http_server_or_a_closed_port_is_one_line_without
                                                                                          http_server):
     """In a fresh process, so that what Python prints at exit ("Exception ignored ...") is seen too."""
     spec, env = sweep
-    code = ("import sys, specsim.sweep_backends as b; b.CONNECT_TIMEOUT_S = 2.0; from specsim.cli import main; "
+    code = ("import sys, specsim.sweep.backends as b; b.CONNECT_TIMEOUT_S = 2.0; from specsim.cli import main; "
             "sys.exit(main(sys.argv[1:]))")
     for address, words in ((http_server, "not a Dask scheduler (no handshake within 2 s)"),
                            ("tcp://127.0.0.1:1", "cannot connect"), ("tcp://[::1", "not a scheduler address")):

@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from specsim.acceptance import LENIENCE_KAPPA, Acceptance, accepted_reference, lenient
+from specsim.engine.acceptance import LENIENCE_KAPPA, Acceptance, accepted_reference, lenient
 from specsim.cli import main
 from specsim.errors import ConfigError, DoesNotFitError
 from specsim.simulate import make_config, run, simulate
-from specsim.traces import Trace
+from specsim.traces.format import Trace
 
 HW = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b")
 
@@ -136,10 +136,10 @@ def test_engine_accepted_counts_follow_the_reference_rule():
     tr = Trace.from_sequences([beta], {"slot_decay": 0.9})
     acc = Acceptance(trace=tr, seed=4, lenience=0.5)
     gamma, out = 3, 120
-    from specsim.engine import run_engine
-    from specsim.policies import FixedPolicy
-    from specsim.steptime import StepCosts
-    from specsim.workload import Workload
+    from specsim.engine.simpy_engine import run_engine
+    from specsim.engine.policies import FixedPolicy
+    from specsim.cost.steptime import StepCosts
+    from specsim.engine.workload import Workload
 
     wl = Workload("closed", np.full(2, np.nan), np.full(2, 10), np.full(2, out), 1, 1)
     rec = run_engine(wl, StepCosts(None, None, 0.1), acc, FixedPolicy(gamma))
@@ -180,12 +180,12 @@ def test_ttft_tpot_itl_and_speedup_on_a_deterministic_trace(tmp_path):
 
 
 def test_the_two_step_kernels_are_bit_identical():
-    from specsim.acceptance import Acceptance
-    from specsim.engine import run_engine
-    from specsim.policies import FixedPolicy
+    from specsim.engine.acceptance import Acceptance
+    from specsim.engine.simpy_engine import run_engine
+    from specsim.engine.policies import FixedPolicy
     from specsim.simulate import _costs
-    from specsim.steptime import Memory
-    from specsim.workload import build_workload
+    from specsim.cost.steptime import Memory
+    from specsim.engine.workload import build_workload
 
     for kw in (dict(batch=8), dict(rate=40.0), dict(batch=3, replicas=2), dict(batch=16, length_dist="uniform")):
         cfg = make_config(**HW, stack="ideal", alpha=0.7, gamma=4, requests=40, output_len=64, **kw)

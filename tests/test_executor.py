@@ -28,7 +28,7 @@ from specsim.executor.sources import (
 )
 from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
 from specsim.profiles import ModelProfile
-from specsim.traces import Trace
+from specsim.traces.format import Trace
 
 from tiny_models import one_thread, tiny_pair as _tiny_pair  # noqa: E402,F401  (tests/ is on sys.path)
 

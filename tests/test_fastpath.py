@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specsim import trace_synth
+from specsim.traces import synth as trace_synth
 from specsim.errors import ConfigError
 from specsim.simulate import make_config, run, simulate
 

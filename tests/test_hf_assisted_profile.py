@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from specsim.acceptance import Acceptance
-from specsim.engine_profiles import hf_assisted as hf
+from specsim.engine.acceptance import Acceptance
+from specsim.engine.engine_profiles import hf_assisted as hf
 from specsim.errors import ConfigError
 from specsim.simulate import make_config, run
 

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from specsim.acceptance import Acceptance  # noqa: E402
-from specsim.engine_profiles import hf_assisted as hf  # noqa: E402
+from specsim.engine.acceptance import Acceptance  # noqa: E402
+from specsim.engine.engine_profiles import hf_assisted as hf  # noqa: E402
 
 
 def _tiny(vocab=64):

@@ -168,7 +168,7 @@ def test_nan_is_not_a_number_in_pydantic_translation_too():
     from pydantic import ValidationError
 
     from specsim.config import SimConfig
-    from specsim.profiles import _translate
+    from specsim.profiles.loader import _translate
 
     with pytest.raises(ValidationError) as e:
         SimConfig(hardware="h", target="t", draft="d", alpha=float("nan"))

@@ -13,9 +13,9 @@ import json
 import numpy as np
 import pytest
 
-from specsim import calibrate
+from specsim.cost import calibrate
 from specsim import profiles as prof
-from specsim.calibrate import PassPoint, fit_stack
+from specsim.cost.calibrate import PassPoint, fit_stack
 from specsim.cli import main
 from specsim.errors import ConfigError
 

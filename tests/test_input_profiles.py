@@ -259,7 +259,7 @@ def test_impossible_tensor_parallelism_is_refused_with_the_rule(capsys, argv, ne
 def test_kv_heads_replicate_when_tp_exceeds_them():
     """llama-3.2-1b: 32 heads, 8 KV heads. Up to tp 8 the KV heads split; at tp 16 vLLM gives every chip a
     replica of one KV head, so the KV bytes per chip stop shrinking at 1/8 while the weights keep splitting."""
-    from specsim.costs import CostModel, check_tp
+    from specsim.cost.roofline import CostModel, check_tp
 
     m = prof.model("llama-3.2-1b")
     hw = prof.hardware("h100-sxm").model_copy(update={"chips_per_node": 16})

@@ -342,7 +342,7 @@ def test_results_written_block_by_block_equal_the_one_block_table(tmp_path, monk
     block first, so the file holds the same table as one written at once."""
     import pyarrow.parquet as pq
 
-    from specsim import sweep_table
+    from specsim.sweep import table as sweep_table
     from specsim.sweep import run_sweep
 
     spec = tmp_path / "mixed.toml"

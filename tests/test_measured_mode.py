@@ -11,7 +11,7 @@ from specsim import theory
 from specsim.cli import main
 from specsim.config import SimConfig
 from specsim.errors import ConfigError
-from specsim.measured import write_csv
+from specsim.cost.measured import write_csv
 from specsim.simulate import run
 
 BASE = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", stack="ideal")

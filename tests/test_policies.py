@@ -5,9 +5,9 @@ import pytest
 
 from specsim import theory
 from specsim.errors import ConfigError
-from specsim.policies import HeuristicPolicy, heuristic_schedule, make_policy
+from specsim.engine.policies import HeuristicPolicy, heuristic_schedule, make_policy
 from specsim.simulate import make_config, run, simulate
-from specsim.traces import Trace
+from specsim.traces.format import Trace
 
 HW = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specsim import profiles as prof
-from specsim.costs import CostModel, cost_ratio_c
+from specsim.cost.roofline import CostModel, cost_ratio_c
 from specsim.errors import ConfigError
 from specsim.profiles import ModelProfile
 

@@ -4,7 +4,7 @@ and `Acceptance.fixed_runs` / `FixedRuns` = `Acceptance.fixed_run` request by re
 import numpy as np
 import pytest
 
-from specsim.acceptance import Acceptance, FixedRuns
+from specsim.engine.acceptance import Acceptance, FixedRuns
 from specsim.rng import ACCEPTANCE, StreamFamily, pcg64_states, seed_sequence_state, stream
 
 SEEDS = [0, 1, 12345, 2**32 - 1, 2**32, 2**40 + 5, 2**64 + 3, 10**25]

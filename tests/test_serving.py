@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from specsim.metrics import emissions
+from specsim.engine.metrics import emissions
 from specsim.simulate import make_config, run, simulate
 
 # Llama-3.1-8B target, Llama-3.2-1B draft on one H100 SXM, the hardware's default (calibrated) stack.

@@ -20,9 +20,9 @@ import pytest
 from specsim.cli import main
 from specsim.config import SimConfig
 from specsim.errors import ConfigError, DoesNotFitError
-from specsim.plots import break_even_table, plot_all
+from specsim.sweep.plots import break_even_table, plot_all
 from specsim.sweep import load_spec, point_id, run_sweep
-from specsim.sweep_run import _adaptive_size
+from specsim.sweep.run import _adaptive_size
 
 REPO = Path(__file__).resolve().parent.parent
 C_OF_DRAFT = {"sweeptest-draft-a": 0.05, "sweeptest-draft-b": 0.15}

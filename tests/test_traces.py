@@ -8,11 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specsim import trace_stats as st
-from specsim import trace_synth as ts
+from specsim.traces import stats as st
+from specsim.traces import synth as ts
 from specsim.cli import main
 from specsim.errors import ConfigError
-from specsim.traces import Trace
+from specsim.traces.format import Trace
 
 AWKWARD = np.array([0.1, 1 / 3, 5e-324, np.nextafter(1.0, 0.0), 1.0, 0.0, 2 / 3 * 1e-5, 0.95, 1e-300])
 META = {"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "temperature": 0.7, "top_k": 40, "top_p": None,

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from specsim import profiles as prof
-from specsim.costs import CostModel
+from specsim.cost.roofline import CostModel
 from specsim.errors import ConfigError
-from specsim.measured import MeasuredCosts, PassGrid, write_csv
+from specsim.cost.measured import MeasuredCosts, PassGrid, write_csv
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -86,7 +86,7 @@ def test_replay_detects_a_wrong_trace(pair):
     trace = record_trace(target, draft, prompts, n_new + gamma, GREEDY)
     beta = [s.copy() for s in trace.sequences()]
     beta[0][0] = 1.0 - beta[0][0]  # position 0 is drafted by the first step of prompt 0
-    from specsim.traces import Trace
+    from specsim.traces.format import Trace
     bad = Trace.from_sequences(beta, trace.metadata)
     pred = predict_replay(bad, [len(p) for p in prompts], n_new, gamma, _flat_costs(), _flat_costs(0.1))
     assert not replay_matches(executor_accepts, pred["accepted"])["all_identical"]
@@ -105,7 +105,7 @@ def test_plain_replay_walltime_is_prefill_plus_steps():
     rows = [{"positions": p, "context": c, "time_s": 0.01 + 0.001 * p + 1e-5 * c} for p in (1, 4) for c in (0, 128)]
     pre = [{"positions": n, "time_s": 0.5 + n * 0.01} for n in (4, 9)]
     mc = MeasuredCosts(rows, prefill_rows=pre)
-    from specsim.traces import Trace
+    from specsim.traces.format import Trace
     lens, n_new = [5, 10], 6
     trace = Trace.from_sequences([np.zeros(n_new + 4), np.zeros(n_new + 4)])
     pred = predict_replay(trace, lens, n_new, 3, mc, _flat_costs(0.001))
@@ -129,7 +129,7 @@ def test_measured_table_sampled_from_a_cost_model_reproduces_its_simulation():
     # the draft's table has P = 2 too: the replay prices the draft's catch-up pass after a clean sweep
     md = MeasuredCosts(table(cd, (1, 2)), dm, hw, [{"positions": n - 1, "time_s": cd.prefill_cost(1, n - 1).time_s}
                                                  for n in lens])
-    from specsim.traces import Trace
+    from specsim.traces.format import Trace
     g = np.random.default_rng(0)
     trace = Trace.from_sequences([(g.random(n_new + gamma) < 0.7).astype(float) for _ in lens])
     a = predict_replay(trace, lens, n_new, gamma, ct, cd)
@@ -144,7 +144,7 @@ def test_gamma_sweep_is_the_replay_at_each_gamma_with_the_closed_form_beside_it(
     """predict_gammas(γ) is predict_replay at that γ; the closed form is eq. (5) at the trace's α and c = draft /
     target one-token step; verify_over_plain reads the target table at γ + 1 positions."""
     from specsim import theory
-    from specsim.traces import Trace
+    from specsim.traces.format import Trace
     rows = [{"positions": p, "context": c, "time_s": 0.1 * (1 + (p >= 4))} for p in (1, 2, 3, 4, 8) for c in (0, 64)]
     tc, dc = MeasuredCosts(rows), _flat_costs(0.01)
     g = np.random.default_rng(3)

@@ -44,7 +44,7 @@ def test_calibration_refuses_a_run_that_drafted():
 def test_overhead_split_recovers_a_shared_step_cost():
     """t_m(T) = o + w_m·g(T): the split gives back the draft's forward time without the shared overhead."""
     from specsim import profiles as prof
-    from specsim.engine_profiles.step_costs import StepTable
+    from specsim.engine.engine_profiles.step_costs import StepTable
 
     wt = prof.model(va.PROFILES["target"]).matmul_params_per_token
     wd = prof.model(va.PROFILES["draft"]).matmul_params_per_token

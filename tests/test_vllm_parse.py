@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specsim.errors import ConfigError
-from specsim.reference import vllm as vr
+from specsim.validation import vllm_outputs as vr
 
 FIX = Path(__file__).parent / "fixtures" / "vllm"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsim.acceptance import Acceptance
-from specsim.engine_profiles.step_costs import RooflinePricer, StepTable
-from specsim.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine
+from specsim.engine.acceptance import Acceptance
+from specsim.engine.engine_profiles.step_costs import RooflinePricer, StepTable
+from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine
 from specsim.errors import ConfigError, DoesNotFitError
 from specsim.simulate import make_config, run
-from specsim.workload import Workload
+from specsim.engine.workload import Workload
 
 
 class _Linear:
@@ -114,7 +114,7 @@ def test_vllm_profile_refuses_what_it_cannot_model():
 
 def test_roofline_pricer_equals_the_uniform_pass():
     from specsim import profiles as prof
-    from specsim.costs import CostModel
+    from specsim.cost.roofline import CostModel
 
     cm = CostModel(prof.model("llama-3.1-8b"), prof.hardware("h100-sxm"), prof.stack("pytorch-eager"))
     t, b, f = RooflinePricer(cm).price(np.full(8, 4), np.full(8, 300))

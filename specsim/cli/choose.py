@@ -7,7 +7,7 @@ import math
 import typer
 
 from specsim.cli.output import emit_json
-from specsim.acceptance import GAMMA_CAP
+from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError, check_range
 
 MAX_LEN = 10_000_000  # as SimConfig's prompt_len / output_len
@@ -56,7 +56,7 @@ def choose_draft_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Rank drafts by simulated speedup; recommend γ per batch (or rate) band; break-even load; memory check."""
-    from specsim.choose import choose_draft
+    from specsim.studies.choose import choose_draft
 
     for opt, value, allowed in (("--hardware", hardware, "a hardware profile, see `specsim profiles`"),
                                 ("--target", target, "a model profile, see `specsim profiles`"),

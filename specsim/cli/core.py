@@ -112,7 +112,7 @@ def roofline_cmd(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pass time against positions for one model on one device (the paper's Figure 1)."""
-    from specsim.costs import CostModel, check_fits
+    from specsim.cost.roofline import CostModel, check_fits
 
     check_range("--batch", batch, lo=1, hi=MAX_BATCH)
     check_range("--context", context, lo=0, hi=MAX_CONTEXT)
@@ -143,8 +143,8 @@ def compare_cmd(
     """Main job: T5 drafts for T5-XXL on TPU v4 and Llama drafts on H100, as a table and a plot."""
     from pathlib import Path
 
-    from specsim.compare import compare, plot
-    from specsim.sweep_dir import check_out_dir
+    from specsim.studies.compare import compare, plot
+    from specsim.sweep.dir import check_out_dir
 
     d = Path(out)
     check_out_dir(d)  # a file / under a file / unwritable --out: one line, before any work

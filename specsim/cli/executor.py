@@ -95,8 +95,8 @@ def record_cmd(
     from pathlib import Path
 
     from specsim.errors import check_range
-    from specsim.file_checks import output_file
-    from specsim.traces import CSV_SUFFIXES, PARQUET_SUFFIXES
+    from specsim.inputs.files import output_file
+    from specsim.traces.format import CSV_SUFFIXES, PARQUET_SUFFIXES
     output_file(out, "trace file", field="--out", suffixes=PARQUET_SUFFIXES + CSV_SUFFIXES)  # before recording
     check_range("lenience", lenience, lo=0, hi=1, lo_open=True)
     _need_torch()

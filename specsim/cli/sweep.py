@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 
 
 def sweep(
-    spec: Path = typer.Argument(..., help="sweep spec (TOML: [fixed], [grid], [run]; see specsim/sweep_spec.py)"),
+    spec: Path = typer.Argument(..., help="sweep spec (TOML: [fixed], [grid], [run]; see specsim/sweep/spec.py)"),
     out: Path = typer.Option(..., "--out", help="output directory (created; rerun the same spec to resume)"),
     scheduler: str | None = typer.Option(None, "--scheduler",
                                             help="Dask scheduler address (tcp://host:8786); default: local processes"),
@@ -59,8 +59,8 @@ def plot(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
 ) -> None:
     """Write the sweep plots (heatmap, break-even, latency-throughput) into DIR/plots/."""
-    from specsim.plots import plot_all
-    from specsim.sweep_dir import check_out_dir
+    from specsim.sweep.plots import plot_all
+    from specsim.sweep.dir import check_out_dir
 
     df = read_results(out)
     check_out_dir(out / "plots", "DIR/plots")
@@ -80,7 +80,7 @@ def read_results(out: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specsim.sweep_run import RESULTS
+    from specsim.sweep.run import RESULTS
 
     if out.exists() and not out.is_dir():
         raise ConfigError("is a file; give the sweep's output directory", file=out)

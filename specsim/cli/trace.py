@@ -31,7 +31,7 @@ def synth_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Write a synthetic β trace (generator and seed recorded in its metadata)."""
-    from specsim import trace_synth
+    from specsim.traces import synth as trace_synth
 
     # required options are checked here, not by typer, so a missing one is a one-line ConfigError
     for opt, value, allowed in (("--kind", kind, " | ".join(trace_synth.KINDS)), ("--alpha", alpha, "[0, 1]"),
@@ -40,7 +40,7 @@ def synth_cmd(
             raise ConfigError("missing option", field=opt, allowed=allowed)
     given = {"--stretch": stretch, "--concentration": concentration, "--decay": decay, "--beta-easy": beta_easy,
              "--beta-hard": beta_hard, "--bernoulli": bernoulli or None}
-    from specsim.traces import check_trace_out
+    from specsim.traces.format import check_trace_out
     check_trace_out(out, "--out")  # before synthesizing up to 1e8 positions
     if kind not in trace_synth.KINDS:
         raise ConfigError("unknown trace generator", field="--kind", value=kind, allowed=" | ".join(trace_synth.KINDS))
@@ -74,8 +74,8 @@ def stats_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """α, acceptance by draft slot, autocorrelation and clustering of a β trace."""
-    from specsim.trace_stats import summarize
-    from specsim.traces import Trace
+    from specsim.traces.stats import summarize
+    from specsim.traces.format import Trace
 
     s = summarize(Trace.read(file), gamma=gamma, max_lag=max_lag)
     if json_out:
@@ -100,9 +100,9 @@ def convert_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Convert a trace between CSV and parquet, metadata included, β bit-exact."""
-    from specsim.traces import Trace
+    from specsim.traces.format import Trace
 
-    from specsim.traces import check_trace_out
+    from specsim.traces.format import check_trace_out
     check_trace_out(dst, "OUT")
     trace = Trace.read(src)
     path = trace.write(dst)

@@ -61,13 +61,13 @@ def calibrate_cmd(
     """Fit a stack profile (fractions of bandwidth and peak, per-call and per-layer overheads) to measured passes."""
     from specsim import profiles
     from specsim.cli.executor import _device, _need_torch
-    from specsim.file_checks import output_file
+    from specsim.inputs.files import output_file
     output_file(out, "stack profile", field="--out", suffixes=(".toml",), make_parents=True)  # before timing
     _need_torch()
     import torch
     import transformers
 
-    from specsim.calibrate import fit_stack, write_stack_toml
+    from specsim.cost.calibrate import fit_stack, write_stack_toml
     from specsim.executor.inputs import check_source
     if overlap not in profiles.OVERLAPS:  # before any timing
         raise ConfigError("unknown overlap", field="--overlap", value=overlap, allowed=" | ".join(profiles.OVERLAPS))
@@ -93,7 +93,7 @@ def calibrate_cmd(
 def _time_models(model: list[str], grid, dev: str, dtype: str, kernels: str, seed: int, repeats: int, warmup: int,
                  log) -> list:
     """Measured passes of every model over the (positions, batches, contexts) grid, one model in memory at once."""
-    from specsim.calibrate import points_from_rows
+    from specsim.cost.calibrate import points_from_rows
     from specsim.executor.sources import load_source
     from specsim.executor.validate import grid_pass_times, profile_of_source
     P, B, L = grid
@@ -153,8 +153,8 @@ def validate_cmd(
     from specsim import profiles
     from specsim.cli.executor import _device, _load_pair, _need_torch, _sampling, check_inputs
     from specsim.errors import check_range
-    from specsim.file_checks import output_file
-    from specsim.traces import CSV_SUFFIXES, PARQUET_SUFFIXES
+    from specsim.inputs.files import output_file
+    from specsim.traces.format import CSV_SUFFIXES, PARQUET_SUFFIXES
     if trace_out:  # before the runs
         output_file(trace_out, "trace file", field="--trace-out", suffixes=PARQUET_SUFFIXES + CSV_SUFFIXES)
     check_range("temperature", temperature, lo=0, hi=100)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim.errors import ConfigError, SpecsimError
-from specsim.file_checks import output_dir
+from specsim.inputs.files import output_dir
 
 CHUNK_BYTES = 8 * 1024 * 1024
 HF_MARKER = "specsim-fetch.json"

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from specsim.errors import ConfigError
-from specsim.file_checks import input_file
+from specsim.inputs.files import input_file
 from specsim.executor.sampling import PLAIN, SamplingConfig, adjust, overlap
 from specsim.executor.sources import Source
 from specsim.executor.speculative import PlainDecoder, fit_vocab
@@ -63,8 +63,8 @@ def record_trace(target: Source, draft: Source, prompts: Sequence[Sequence[int]]
                  sampling: SamplingConfig = PLAIN, lenience: float = 1.0, seed: int = 0,
                  eos_token_id: int | None = None, task: str | None = None, prompts_file: str | None = None,
                  progress: bool = False):
-    """A `specsim.traces.Trace` with one sequence per prompt (column `token` = the generated token id)."""
-    from specsim.traces import Trace
+    """A `specsim.traces.format.Trace` with one sequence per prompt (column `token` = the generated token id)."""
+    from specsim.traces.format import Trace
     frames = []
     it = enumerate(prompts)
     if progress:

@@ -8,14 +8,14 @@ Pipeline (`validate_pair`):
    `clip_gamma=False`, which is what the simulator does: the last step drafts a full γ and the output is
    truncated) and plainly, EOS ignored so every run emits exactly `max_new_tokens`. Interleaving the grid with
    the walltimes makes both see the same machine load; every figure is the median over rounds;
-2. a stack profile fitted to the grid (`specsim.calibrate.fit_stack`, hold-out error reported) → calibrated mode;
+2. a stack profile fitted to the grid (`specsim.cost.calibrate.fit_stack`, hold-out error reported) → calibrated mode;
    the same with a separate bandwidth fraction for multi-row passes → calibrated_multi_row mode; that with memory
    and compute times added instead of overlapped (overlap "sum") → calibrated_serial mode; the table
-   interpolated → measured mode (`specsim.measured.MeasuredCosts`);
+   interpolated → measured mode (`specsim.cost.measured.MeasuredCosts`);
 3. the β trace of the same prompts (`record_trace`, `max_new_tokens + γ` positions so the last step's drafts are
    covered), replayed through the SimPy engine (closed loop, batch 1, request i = prompt i) in both cost modes.
 
-The replay (position mapping, β trace → engine → predictions) lives in `specsim.executor.replay`.
+The replay (position mapping, β trace → engine → predictions) lives in `specsim.validation.replay`.
 
 torch is imported inside the functions that measure.
 """
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specsim.errors import ConfigError
-from specsim.executor.replay import (  # noqa: F401  (re-exported: validate's public names)
+from specsim.validation.replay import (  # noqa: F401  (re-exported: validate's public names)
     QUANTITIES, compare, predict_gammas, predict_replay, replay_matches, shifted_trace)
 
 _DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
@@ -277,9 +277,9 @@ def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], 
     grid: {"target", "draft", "target_prefill", "draft_prefill"} rows (median over rounds); measured:
     `_measured_summary`; trace: the β trace recorded on the same prompts (one sequence per prompt); gammas: also
     predict these γ (`predict_gammas`, in each mode's "gamma_sweep")."""
-    from specsim.calibrate import fit_stack, points_from_rows
-    from specsim.costs import CostModel
-    from specsim.measured import MeasuredCosts
+    from specsim.cost.calibrate import fit_stack, points_from_rows
+    from specsim.cost.roofline import CostModel
+    from specsim.cost.measured import MeasuredCosts
 
     t_rows, d_rows = grid["target"], grid["draft"]
     meas_t = MeasuredCosts(t_rows, target_profile, hardware, grid["target_prefill"], name=names[0])

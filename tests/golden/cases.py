@@ -45,8 +45,8 @@ CASES: dict[str, list[str]] = {
                      "--requests", "32", "--json"],
 }
 
-# sweep rows: this spec run in one process; the golden file holds results.parquet's rows (sorted by point id)
-SWEEP_SPEC = f"""
+# sweep rows: this spec run in one process; the golden file holds results.parquet's rows (point ids dropped)
+SWEEP_SPEC = """
 name = "golden"
 [fixed]
 hardware = "h100-sxm"

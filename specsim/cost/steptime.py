@@ -1,0 +1,251 @@
+"""Durations (and bytes, FLOPs) of one engine iteration, from the cost model, cached for speed.
+
+- Target and draft run on the same hardware, stack and TP degree (stack None → the hardware's default_stack,
+  'ideal' → the idealized roofline).
+- Every pass is priced at the live context: for a batch, the context argument is the mean live KV length over the
+  batch and the batch argument is B, which is exact for the roofline (KV bytes and attention FLOPs are linear in
+  the per-sequence context, so B·mean = Σ).
+- A speculative iteration: γ draft passes (B sequences × 1 position, context L̄ + k for pass k) and one
+  verification pass (B × (γ + 1) positions at L̄). The γ draft passes are priced as γ·T(B, 1, L̄ + (γ − 1)/2),
+  exact while the pass time is linear in context (it is, within one roofline regime).
+- Cache: pass costs are evaluated at context buckets of CONTEXT_BUCKET tokens and linearly interpolated between
+  them (exact within one regime; error only where a pass crosses memory→compute inside a bucket).
+- Encoder-decoder models: the decoder's self-attention context is the output so far; the encoder output
+  (cross-attention context) is the prompt. Prefill = the encoder pass (+ one decoder pass for the target, which
+  produces output token 0); decoder-only prefill = one pass over the prompt, which produces token 0.
+- fixed_c mode (to check eq. 5): a target pass costs 1 unit whatever its positions (free verification), a draft
+  pass costs c units, prefill is free; bytes and FLOPs are then unknown (MBU/MFU reported as None).
+- Draft catch-up (`draft_catchup=True`, what HF-style executors such as specsim's own do): after a clean sweep the
+  draft never consumed its last draft, so the next step's first draft pass feeds 2 positions (that draft and the
+  bonus token) for that sequence. With K of the B sequences catching up, the first draft pass costs
+  T(B, 1, L̄) + (K / B)·(T(B, 2, L̄) − T(B, 1, L̄)) — exact at batch 1, linear in the rows in between. Off by
+  default: on accelerators a 2-position pass costs what a 1-position one does; on a CPU it can cost ~2x.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from specsim.cost.roofline import CostModel, check_fits, kv_bytes_per_token_per_chip
+from specsim.errors import DoesNotFitError
+
+CONTEXT_BUCKET = 16
+
+
+_SHARED: dict = {}  # roofline CostModel setup → (its profile objects, the segment cache); see PassTable
+
+
+class PassTable:
+    """T(B, P, L, X) of one model, interpolated over L from cached bucket endpoints.
+
+    A plain roofline `CostModel` is a pure function of its (immutable, per-process cached) profiles, TP degree and
+    cross context, so tables of the same setup share one segment cache across runs (a sweep prices the same passes
+    point after point); any other cost model gets its own."""
+
+    def __init__(self, cm: CostModel):
+        self.cm = cm
+        if type(cm) is not CostModel:
+            self._seg = lru_cache(maxsize=1 << 16)(self._segment)
+            return
+        refs = (cm.model, cm.hardware, cm.stack, cm.tp, cm.cross_context)
+        key = tuple(id(r) for r in refs[:3]) + refs[3:]
+        hit = _SHARED.get(key)
+        if hit is not None and all(x is y for x, y in zip(hit[0][:3], refs[:3])):
+            self._seg = hit[1]
+            return
+        if len(_SHARED) >= 32:
+            _SHARED.pop(next(iter(_SHARED)))
+        self._seg = lru_cache(maxsize=1 << 16)(self._segment)
+        _SHARED[key] = (refs, self._seg)  # holds the profiles, so their ids stay theirs
+
+    def _segment(self, B: int, P: int, i: int, X: int):
+        W = CONTEXT_BUCKET
+        lo = self.cm.pass_cost(B, P, i * W, X)
+        hi = self.cm.pass_cost(B, P, (i + 1) * W, X)
+        return (lo.time_s, (hi.time_s - lo.time_s) / W, lo.bytes, (hi.bytes - lo.bytes) / W,
+                lo.flops, (hi.flops - lo.flops) / W)
+
+    def at(self, B: int, P: int, L: float, X: int = 0):
+        i = int(L // CONTEXT_BUCKET)
+        t0, st, b0, sb, f0, sf = self._seg(B, P, i, X)
+        d = L - i * CONTEXT_BUCKET
+        return t0 + d * st, b0 + d * sb, f0 + d * sf
+
+    def vec(self, P: int, L: np.ndarray, X: int = 0):
+        """Batch-1 passes at many contexts (same arithmetic as `at`, so results are bit-identical)."""
+        idx = (L // CONTEXT_BUCKET).astype(np.int64)
+        segs = np.array([self._seg(1, P, int(i), X) for i in range(int(idx.max()) + 1)]) if len(L) else \
+            np.zeros((1, 6))
+        s = [np.ascontiguousarray(segs[:, k]).take(idx) for k in range(6)]  # = segs[idx][:, k], cheaper
+        d = L - idx * CONTEXT_BUCKET
+        return s[0] + d * s[1], s[2] + d * s[3], s[4] + d * s[5]
+
+
+class StepCosts:
+    """Iteration durations for the speculative engine and its baseline."""
+
+    def __init__(self, target: CostModel | None, draft: CostModel | None, fixed_c: float | None = None,
+                 draft_catchup: bool = False):
+        self.fixed_c = fixed_c
+        self.catchup = bool(draft_catchup) and fixed_c is None  # under fixed_c a draft pass is c whatever its rows
+        self.target, self.draft = target, draft
+        if fixed_c is None:
+            self.enc_dec = target.model.architecture == "encoder-decoder"
+            self.t, self.d = PassTable(target), PassTable(draft)
+            self._prefill = lru_cache(maxsize=1 << 14)(self._prefill_uncached)
+            self._steps: dict = {}  # (B, G, bucket, draft bucket, X) → the two pass segments (spec_step)
+        else:
+            self.enc_dec = False
+
+    # --- live context of a request that has emitted e tokens (e >= 1) -----------------------------
+    def context(self, prompt_len, emitted):
+        """KV entries already cached: prompt + emitted − 1 (decoder-only) or emitted − 1 (enc-dec decoder)."""
+        return prompt_len * 0 + emitted - 1 if self.enc_dec else prompt_len + emitted - 1
+
+    def cross(self, prompt_len):
+        return prompt_len if self.enc_dec else 0
+
+    # --- prefill ------------------------------------------------------------------------------------
+    def _prefill_uncached(self, k: int, prompt: int, spec: bool):
+        t = self.target.prefill_cost(k, prompt)
+        time, b, f = t.time_s, t.bytes, t.flops
+        if self.enc_dec:  # the target decoder's first step produces output token 0
+            p = self.target.pass_cost(k, 1, 0, prompt)
+            time, b, f = time + p.time_s, b + p.bytes, f + p.flops
+        if spec:
+            d = self.draft.prefill_cost(k, prompt)
+            time, b, f = time + d.time_s, b + d.bytes, f + d.flops
+        return time, b, f
+
+    def prefill(self, k: int, prompt_mean: float, spec: bool):
+        if self.fixed_c is not None:
+            return 0.0, 0.0, 0.0
+        return self._prefill(k, int(round(prompt_mean)), spec)
+
+    # --- decode iterations -----------------------------------------------------------------------------
+    def spec_step(self, B: int, G: int, L: float, X: float = 0.0, K: int = 0):
+        """One iteration; K = sequences whose first draft pass catches up 2 positions (see the module doc)."""
+        if self.fixed_c is not None:
+            return G * self.fixed_c + 1.0, 0.0, 0.0
+        # = t.at(B, G + 1, L) + G·d.at(B, 1, L + (G − 1)/2), term by term; both segments from one dict lookup
+        Xi = int(round(X))
+        i = int(L // CONTEXT_BUCKET)
+        Ld = L + (G - 1) / 2
+        i2 = int(Ld // CONTEXT_BUCKET)
+        key = (B, G, i, i2, Xi)
+        seg = self._steps.get(key)
+        if seg is None:
+            if len(self._steps) >= 1 << 16:
+                self._steps.clear()
+            seg = self._steps[key] = (self.t._seg(B, G + 1, i, Xi), self.d._seg(B, 1, i2, Xi) if G else None)
+        (t0, st, b0, sb, f0, sf), ds = seg
+        d = L - i * CONTEXT_BUCKET
+        t, b, f = t0 + d * st, b0 + d * sb, f0 + d * sf
+        if G:
+            d2 = Ld - i2 * CONTEXT_BUCKET
+            t, b, f = t + G * (ds[0] + d2 * ds[1]), b + G * (ds[2] + d2 * ds[3]), f + G * (ds[4] + d2 * ds[5])
+            if K:
+                ct, cb, cf = self.catchup_extra(B, L, Xi)
+                w = K / B
+                t, b, f = t + w * ct, b + w * cb, f + w * cf
+        return t, b, f
+
+    def catchup_extra(self, B: int, L: float, Xi: int):
+        """T(B, 2, L) − T(B, 1, L) of the draft (and bytes, FLOPs): what catching up costs when all B do."""
+        i = int(L // CONTEXT_BUCKET)
+        d = L - i * CONTEXT_BUCKET
+        one, two = self.d._seg(B, 1, i, Xi), self.d._seg(B, 2, i, Xi)
+        return tuple((two[k] + d * two[k + 1]) - (one[k] + d * one[k + 1]) for k in (0, 2, 4))
+
+    def plain_step(self, B: int, L: float, X: float = 0.0):
+        if self.fixed_c is not None:
+            return 1.0, 0.0, 0.0
+        Xi = int(round(X))
+        i = int(L // CONTEXT_BUCKET)
+        t0, st, b0, sb, f0, sf = self.t._seg(B, 1, i, Xi)
+        d = L - i * CONTEXT_BUCKET
+        return t0 + d * st, b0 + d * sb, f0 + d * sf
+
+    def spec_step_vec(self, G: np.ndarray, L: np.ndarray, X: np.ndarray, K: np.ndarray | None = None):
+        """Batch-1 iterations, vectorized (bit-identical to `spec_step` element by element); K ∈ {0, 1} per step
+        (catch-up, used when `catchup`)."""
+        n = len(G)
+        if self.fixed_c is not None:
+            return G * self.fixed_c + 1.0, np.zeros(n), np.zeros(n)
+        t, b, f = np.zeros(n), np.zeros(n), np.zeros(n)
+        Xi = np.rint(X).astype(np.int64)
+        gs = G[:1] if n and (G == G[0]).all() else np.unique(G)
+        xs = Xi[:1] if n and (Xi == Xi[0]).all() else np.unique(Xi)
+        for g in gs:
+            for x in xs:
+                m = slice(None) if len(gs) == 1 and len(xs) == 1 else np.flatnonzero((G == g) & (Xi == x))
+                tt, bb, ff = self.t.vec(int(g) + 1, L[m], int(x))
+                if g:
+                    dt, db, df = self.d.vec(1, L[m] + (int(g) - 1) / 2, int(x))
+                    tt, bb, ff = tt + int(g) * dt, bb + int(g) * db, ff + int(g) * df
+                t[m], b[m], f[m] = tt, bb, ff
+        if self.catchup and K is not None and n and K.any():
+            wide = (K > 0) & (G > 0)  # a step without draft passes (oracle γ = 0) has no pass to widen
+            for x in np.unique(Xi[wide]):
+                m = np.flatnonzero(wide & (Xi == x))
+                one, two = self.d.vec(1, L[m], int(x)), self.d.vec(2, L[m], int(x))
+                t[m], b[m], f[m] = (t[m] + (two[0] - one[0]), b[m] + (two[1] - one[1]), f[m] + (two[2] - one[2]))
+        return t, b, f
+
+    def plain_step_vec(self, L: np.ndarray, X: np.ndarray):
+        n = len(L)
+        if self.fixed_c is not None:
+            return np.ones(n), np.zeros(n), np.zeros(n)
+        return self.spec_step_vec(np.zeros(n, dtype=np.int64), L, X)
+
+    # --- c and memory ----------------------------------------------------------------------------------
+    def derived_c(self, prompt_len: int, batch: int = 1) -> float:
+        """c = T_draft / T_target for one decode step at the first step's live context (never assumed)."""
+        if self.fixed_c is not None:
+            return float(self.fixed_c)
+        L, X = self.context(prompt_len, 1), self.cross(prompt_len)
+        return self.draft.pass_time_s(batch, 1, L, X) / self.target.pass_time_s(batch, 1, L, X)
+
+
+class Memory:
+    """KV admission control for one replica: weights + reserved KV must fit in the device memory (per chip).
+
+    Admission reserves a request's worst case up front — prompt + output + the transient draft positions
+    (γ_max + 1) of the verification pass, for the target's and (speculating) the draft's KV — and frees it when the
+    request finishes. Rejected drafts roll back, so the reservation never grows; no preemption is modelled."""
+
+    def __init__(self, models: list[CostModel], spec_extra: int):
+        self.models = models
+        self.extra = int(spec_extra)
+        cm0 = models[0]
+        self.tp = cm0.tp
+        self.capacity = cm0.hardware.memory_capacity_gb * 1e9
+        self.weights = sum(cm.model.weight_bytes for cm in models) / self.tp
+        self.kv_per_token = sum(kv_bytes_per_token_per_chip(cm.model, cm.tp) for cm in models)  # KV heads replicate
+        self.cross_per_token = sum(2 * cm.model.n_layers * cm.model.n_heads * cm.model.head_dim
+                                   * cm.model.bytes_per_param for cm in models
+                                   if cm.model.architecture == "encoder-decoder") / self.tp
+        self.enc_dec = cm0.model.architecture == "encoder-decoder"
+
+    def request_bytes(self, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+        if self.enc_dec:
+            return (output + self.extra) * self.kv_per_token + prompt * self.cross_per_token
+        return (prompt + output + self.extra) * self.kv_per_token
+
+    @property
+    def kv_budget(self) -> float:
+        return self.capacity - self.weights
+
+    def check_one(self, prompt: int, output: int) -> None:
+        """Refuse a setup where even the largest single request cannot fit (DoesNotFitError with the figures)."""
+        ctx = (output if self.enc_dec else prompt + output) + self.extra
+        check_fits(self.models, 1, ctx)
+        need = float(self.request_bytes(np.array([prompt]), np.array([output]))[0])
+        if need > self.kv_budget:
+            raise DoesNotFitError(
+                f"does not fit: one request (prompt {prompt}, output {output}) needs {need / 1e9:.2f} GB of KV "
+                f"(incl. cross-attention) per chip beside {self.weights / 1e9:.2f} GB of weights, but "
+                f"{self.models[0].hardware.name} has {self.capacity / 1e9:g} GB; allowed: a larger --tp, shorter "
+                f"requests or a larger device")

@@ -1,0 +1,126 @@
+"""The `hf-assisted` engine profile: Hugging Face assisted generation as transformers 5.24 runs it (batch 1).
+
+Rules, from the installed code (`transformers/generation/utils.py GenerationMixin._assisted_decoding`,
+`transformers/generation/candidate_generator.py AssistedCandidateGenerator`):
+- batch 1 only: `_assisted_decoding` raises "assisted generate is only supported for batch_size = 1".
+- The prefill is fused into the first round: the draft's `generate` runs over the whole prompt (its first pass,
+  P positions, context 0) and γ − 1 one-position passes; the target then runs ONE pass over the prompt and the
+  γ candidates (P + γ positions, context 0). Output token 0 and the round's accepted drafts arrive together at the
+  end of that round (TTFT = the first round).
+- Every later round crops the draft's cache to `len(input_ids) − 2` (`_update_past_and_masks`:
+  target_cache_size = input_ids.shape[-1] − 1 − remove_from_pkv − num_added_tokens, with num_added_tokens = 1),
+  so the draft's first pass feeds 2 positions in EVERY round, not only after a clean sweep; then γ − 1
+  one-position passes; the target verifies γ + 1 positions at context len − 1.
+- γ is clipped at the end: max_new_tokens of the draft = min(γ, max_length − cur_len − 1)
+  (`_calculate_new_tokens`); at 0 the round has no draft passes and the target runs one position.
+- The baseline is plain `generate`: one prefill pass (token 0), then one position per step.
+- γ is the assistant's `num_assistant_tokens` with `num_assistant_tokens_schedule="constant"` and
+  `assistant_confidence_threshold=0`: HF's default threshold (0.4) stops a round's drafting as soon as the draft's
+  probability of its token falls below it, a dynamic γ this profile does not model.
+tests/test_hf_assisted_vs_transformers.py holds these rules against the installed transformers' own calls.
+
+Round 1's tokens are recorded as output token 0 plus a step row of n accepted at the same time, so τ and the
+acceptance metrics count the first round; one ITL gap per request is 0.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from specsim.engine.acceptance import accepted_in_step
+from specsim.errors import ConfigError
+from specsim.engine.metrics import Records
+
+
+def _refuse(cfg, wl, costs) -> None:
+    if wl.mode != "closed" or cfg.batch != 1 or cfg.replicas != 1:
+        raise ConfigError("Hugging Face assisted generation runs batch 1 only (transformers raises for "
+                          "batch_size > 1)", field="--engine-profile", value="hf-assisted",
+                          allowed="--batch 1 without --rate / --arrivals / --replicas, or --engine-profile specsim "
+                                  "or vllm-v1")
+    if costs.fixed_c is not None:
+        raise ConfigError("hf-assisted prices real passes (prefill fused into round 1)", field="--fixed-c",
+                          value=cfg.fixed_c, allowed="unset, or --engine-profile specsim")
+    if cfg.policy != "fixed":
+        raise ConfigError("the profile runs a constant num_assistant_tokens", field="--policy", value=cfg.policy,
+                          allowed="fixed")
+    if costs.target.model.architecture != "decoder":
+        raise ConfigError("the hf-assisted profile simulates decoder-only models", field="--target",
+                          value=cfg.target, allowed="a decoder-only model profile")
+
+
+class _Passes:
+    """Cached pass times (and bytes, FLOPs) of one model at batch 1."""
+
+    def __init__(self, cm):
+        self.cm = cm
+        self.at = lru_cache(maxsize=1 << 16)(self._at)
+
+    def _at(self, positions: int, context: int):
+        c = self.cm.pass_cost(1, positions, context)
+        return c.time_s, c.bytes, c.flops
+
+
+def _request(i: int, P: int, out: int, G: int, t: _Passes, d: _Passes, acc):
+    """One request's rounds: list of (duration, bytes, flops, γ_r, accepted)."""
+    gen = acc.generator(i)
+    pos = int(acc.walk_start(i))
+    cur, end, rounds = P, P + out, []
+    while cur < end:
+        g = min(G, end - cur - 1)
+        first = cur == P
+        if g == 0:
+            tt = t.at(P if first else 1, 0 if first else cur - 1)
+            rounds.append((tt[0], tt[1], tt[2], 0, 0))
+            cur += 1
+            pos += 1
+            continue
+        parts = [d.at(P, 0) if first else d.at(2, cur - 2)]
+        parts += [d.at(1, cur + j) for j in range(g - 1)]
+        parts.append(t.at(P + g, 0) if first else t.at(g + 1, cur - 1))
+        n = accepted_in_step(acc, gen, g, pos)
+        rounds.append((sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts), g, n))
+        cur += n + 1
+        pos += n + 1
+    return rounds
+
+
+def _records(wl, per_req: list, spec: bool) -> Records:
+    n = wl.n
+    arrival, first, finish = np.zeros(n), np.zeros(n), np.zeros(n)
+    ends, durs, byts, flos, gams, rs = [], [], [], [], [], []
+    now = 0.0
+    for i, rounds in enumerate(per_req):
+        arrival[i] = now
+        for j, (dur, b, f, g, acc_n) in enumerate(rounds):
+            now += dur
+            ends.append(now)
+            durs.append(dur)
+            byts.append(b)
+            flos.append(f)
+            gams.append(g)
+            if j == 0:
+                first[i] = now
+                if spec and g:
+                    rs.append((len(ends) - 1, i, acc_n, g))
+            else:
+                rs.append((len(ends) - 1, i, acc_n, g))
+        finish[i] = now
+    r = np.array(rs, dtype=np.int64).reshape(-1, 4)
+    return Records(arrival_s=arrival, admit_s=arrival.copy(), first_token_s=first, finish_s=finish,
+                   output_len=wl.output_len, step_end_s=np.array(ends), step_dur_s=np.array(durs),
+                   step_batch=np.ones(len(ends), np.int64), step_gamma=np.array(gams, np.int64),
+                   step_bytes=np.array(byts), step_flops=np.array(flos), rs_step=r[:, 0], rs_request=r[:, 1],
+                   rs_accepted=r[:, 2], rs_gamma=r[:, 3])
+
+
+def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
+    _refuse(cfg, wl, costs)
+    t, d = _Passes(costs.target), _Passes(costs.draft)
+    P, out = wl.prompt_len.tolist(), wl.output_len.tolist()
+    spec = [_request(i, P[i], out[i], policy.gamma, t, d, acc) for i in range(wl.n)]
+    base = [[t.at(P[i], 0) + (0, 0)] + [t.at(1, P[i] + k - 1) + (0, 0) for k in range(1, out[i])]
+            for i in range(wl.n)]
+    return _records(wl, spec, True), _records(wl, base, False), {"engine": "hf-assisted"}

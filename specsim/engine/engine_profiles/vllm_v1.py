@@ -1,0 +1,69 @@
+"""The `vllm-v1` engine profile: a SimConfig → vLLM's scheduler (`vllm_scheduler`) with ragged step pricing.
+
+Defaults follow vLLM 0.32 for the OpenAI server (`vllm/engine/arg_utils.py
+EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`): max_num_batched_tokens 2048 and max_num_seqs 256,
+8192 / 1024 on devices of >= 70 GB (not A100), 16384 / 1024 at >= 160 GB; block_size 16 (`config/cache.py`).
+What the profile cannot represent is refused: adaptive γ policies (vLLM drafts a fixed num_speculative_tokens),
+several replicas, encoder-decoder models, the fixed-c and measured-grid cost modes.
+"""
+
+from __future__ import annotations
+
+from specsim.engine.engine_profiles.step_costs import RooflinePricer, StepTable
+from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine, pool_blocks
+from specsim.errors import ConfigError
+
+
+def default_budget(hardware) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM picks for the OpenAI server on this device."""
+    mem = hardware.memory_capacity_gb * 1e9
+    if mem >= 160 * 2 ** 30:  # vLLM compares bytes with GiB
+        return 16384, 1024
+    if mem >= 70 * 2 ** 30 and "a100" not in hardware.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def _refuse(cfg, wl) -> None:
+    bad = [("policy", cfg.policy != "fixed", cfg.policy, "fixed (vLLM drafts num_speculative_tokens every step)"),
+           ("replicas", cfg.replicas != 1, cfg.replicas, "1 (one vLLM engine; run replicas as separate points)"),
+           ("fixed_c", cfg.fixed_c is not None, cfg.fixed_c, "unset (vllm-v1 prices ragged steps)"),
+           ("measured_target", cfg.measured_target is not None, cfg.measured_target,
+            "unset; give a vLLM step table with --step-table-target"),
+           ("measured_draft", cfg.measured_draft is not None, cfg.measured_draft,
+            "unset; give a vLLM step table with --step-table-draft"),
+           ("max_batch", cfg.max_batch is not None, cfg.max_batch, "unset; vLLM's cap is --max-num-seqs"),
+           ("draft_catchup", cfg.draft_catchup, True, "unset (vLLM's draft pass covers the step's tokens)")]
+    for field, is_bad, value, allowed in bad:
+        if is_bad:
+            raise ConfigError("not what the vllm-v1 engine profile models", field="--" + field.replace("_", "-"),
+                              value=value, allowed=allowed)
+
+
+def _config(cfg, hardware) -> VllmV1Config:
+    mnbt, mns = default_budget(hardware)
+    return VllmV1Config(max_num_seqs=cfg.max_num_seqs or mns,
+                        max_num_batched_tokens=cfg.max_num_batched_tokens or mnbt,
+                        block_size=cfg.block_size or 16, num_gpu_blocks=cfg.num_gpu_blocks,
+                        long_prefill_token_threshold=cfg.long_prefill_token_threshold)
+
+
+def _pricer(cm, table_path: str | None):
+    return RooflinePricer(cm) if table_path is None else StepTable.read_csv(table_path)
+
+
+def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
+    _refuse(cfg, wl)
+    if target is None or target.model.architecture != "decoder":
+        raise ConfigError("the vllm-v1 profile simulates decoder-only models", field="--target", value=cfg.target,
+                          allowed="a decoder-only model profile")
+    vc = _config(cfg, target.hardware)
+    tp, dp = _pricer(target, cfg.step_table_target), _pricer(draft, cfg.step_table_draft)
+    spec = VllmV1Engine(wl, vc, tp, dp, acc, k=policy.gamma, blocks=pool_blocks(vc, [target, draft], True))
+    base = VllmV1Engine(wl, vc, tp, None, None, k=0, blocks=pool_blocks(vc, [target, draft], False))
+    rs, rb = spec.run(), base.run()
+    extra = {"engine": "vllm-v1", "engine_profile": "vllm-v1", "max_num_seqs": vc.max_num_seqs,
+             "max_num_batched_tokens": vc.max_num_batched_tokens, "block_size": vc.block_size,
+             "num_gpu_blocks": spec.total_blocks, "baseline_num_gpu_blocks": base.total_blocks,
+             "preemptions": spec.preemptions, "baseline_preemptions": base.preemptions}
+    return rs, rb, extra

@@ -1,0 +1,156 @@
+"""Vectorized batch-1 simulation (no SimPy), for sweeps. The SimPy engine stays the engine of record.
+
+At batch 1 in closed loop, request j starts when request j − 1 finishes and nothing else interacts, so each
+request's acceptance can be simulated independently. This path runs all requests in lockstep — step s of every
+unfinished request at once, as numpy arrays over requests — with exactly the engine's draw convention
+(`specsim.engine.acceptance`) and the engine's step costs (`specsim.cost.steptime`, bit-identical interpolation), then lays the
+requests end to end in time. It produces the same `Records` as the engine (tests/test_fastpath.py checks the
+per-step accepted counts are identical and the times equal to rounding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.engine.acceptance import ORACLE_CAP, FixedRuns, UniformPool
+from specsim.engine.metrics import Records
+
+_AR = np.arange(ORACLE_CAP + 2, dtype=np.int64)
+BLOCK = 1024  # requests simulated together (bounds the uniform buffers' memory)
+
+
+def eligible(wl, replicas: int = 1) -> bool:
+    return wl.concurrency == 1 and wl.max_batch == 1 and replicas == 1
+
+
+def _acceptance_lockstep(wl, acc, policy, idx: np.ndarray):
+    """Per request-step (request, step number, γ, accepted, tokens) for requests `idx`, in lockstep."""
+    need = ORACLE_CAP + 1 if (policy.oracle or policy.adaptive) else policy.gamma + 1
+    step_max = ORACLE_CAP + 1 if policy.oracle else policy.max_gamma
+    acc.streams.expect(wl.n)
+    pool = UniformPool(acc, len(idx), need, float(wl.output_len[idx].mean()) * step_max / 2)
+    slot = np.arange(len(idx), dtype=np.int64)
+    ucur = np.array([pool.assign(int(s), int(i)) for s, i in zip(slot, idx)], dtype=np.int64)
+    req = idx.copy()
+    rem = wl.output_len[idx] - 1
+    bpos = acc.walk_start(idx) + 1
+    gam = np.full(len(idx), policy.initial_gamma(), np.int64)
+    live = rem > 0
+    req, slot, ucur, rem, bpos, gam = req[live], slot[live], ucur[live], rem[live], bpos[live], gam[live]
+    out_req, out_g, out_n, out_tok = [], [], [], []
+    countdown = 0
+    while req.size:
+        if countdown <= 0:
+            ucur = pool.refill(ucur, slot, step_max)
+            countdown = int(pool.headroom(ucur, slot).min()) // step_max + 1
+        countdown -= 1
+        b = None if acc.constant else bpos
+        if policy.oracle:
+            U = pool.buf.take(ucur[:, None] + _AR[:ORACLE_CAP + 1])
+            n = (U < acc.thresholds(ORACLE_CAP, b)).argmin(1)
+            ucur += np.minimum(n + 1, ORACLE_CAP)
+            g = n
+        elif policy.adaptive:
+            G = int(gam.max())
+            U = pool.buf.take(ucur[:, None] + _AR[:G + 1])
+            thr = np.where(_AR[:G + 1] >= gam[:, None], -1.0, acc.thresholds(G, b))
+            n = (U < thr).argmin(1)
+            ucur += gam
+            g = gam
+            gam = policy.update(gam, n)
+        else:
+            G = policy.gamma
+            U = pool.buf.take(ucur[:, None] + _AR[:G + 1])
+            n = (U < acc.thresholds(G, b)).argmin(1)
+            ucur += G
+            g = np.full(req.size, G, np.int64)
+        tok = np.minimum(n + 1, rem)
+        rem = rem - tok
+        if b is not None:
+            bpos = bpos + tok
+        out_req.append(req)
+        out_g.append(g)
+        out_n.append(n)
+        out_tok.append(tok)
+        live = rem > 0
+        if not live.all():
+            req, slot, ucur, rem, bpos, gam = req[live], slot[live], ucur[live], rem[live], bpos[live], gam[live]
+    if not out_req:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    return (np.concatenate(out_req), np.concatenate(out_g).astype(np.int64), np.concatenate(out_n).astype(np.int64),
+            np.concatenate(out_tok).astype(np.int64))
+
+
+def _lay_out(wl, costs, spec: bool, rs_req, rs_g, rs_n, rs_tok) -> Records:
+    """Order request-steps by request, price them, and place the requests end to end (closed loop, batch 1)."""
+    n_req = wl.n
+    order = np.argsort(rs_req, kind="stable")  # within a request, lockstep order = step order
+    rs_req, rs_g, rs_n, rs_tok = rs_req[order], rs_g[order], rs_n[order], rs_tok[order]
+    prompt = wl.prompt_len[rs_req]
+    first_step = np.concatenate(([True], rs_req[1:] != rs_req[:-1])) if rs_req.size else np.zeros(0, bool)
+    emitted_before = np.cumsum(rs_tok) - rs_tok  # tokens emitted by earlier steps, made per request below
+    if rs_req.size:
+        starts = np.flatnonzero(first_step)
+        base = np.repeat(emitted_before[starts], np.diff(np.append(starts, rs_req.size)))
+        emitted = emitted_before - base + 1  # + output token 0 from the prefill
+    else:
+        emitted = np.zeros(0, np.int64)
+    L = costs.context(prompt, emitted).astype(float)
+    X = np.asarray(costs.cross(prompt)) * np.ones(rs_req.size)
+    if spec:
+        K = None
+        if costs.catchup and rs_req.size:  # the previous step of the same request was a clean sweep
+            K = np.zeros(rs_req.size, np.int64)
+            K[1:] = (rs_n[:-1] == rs_g[:-1]) & (rs_g[:-1] > 0)
+            K[first_step] = 0
+        dur, byt, flo = costs.spec_step_vec(rs_g, L, X, K)
+    else:
+        dur, byt, flo = costs.plain_step_vec(L, X)
+    # prefill per request (batch 1), folded into its first step as in the engine
+    if n_req:  # one prefill per distinct prompt length
+        up, inv = np.unique(wl.prompt_len, return_inverse=True)
+        pre = np.array([costs.prefill(1, float(p), spec) for p in up]).reshape(-1, 3)[inv.reshape(-1)]
+    else:
+        pre = np.zeros((0, 3))
+    dur, byt, flo = dur.copy(), byt.copy(), flo.copy()
+    fr = rs_req[first_step]
+    dur[first_step] += pre[fr, 0]
+    byt[first_step] += pre[fr, 1]
+    flo[first_step] += pre[fr, 2]
+    # request j: issued at the previous finish; its steps end one after another
+    per_req = np.bincount(rs_req, weights=dur, minlength=n_req).astype(float)
+    no_steps = np.bincount(rs_req, minlength=n_req) == 0
+    per_req[no_steps] += pre[no_steps, 0]  # one-token requests: prefill only
+    finish = np.cumsum(per_req)
+    arrival = finish - per_req
+    first = arrival + pre[:, 0]
+    # step end times: arrival of its request + running sum of durations within the request
+    csum = np.cumsum(dur)
+    req_start_csum = np.concatenate(([0.0], np.cumsum(np.bincount(rs_req, weights=dur, minlength=n_req))))[rs_req]
+    step_end = arrival[rs_req] + (csum - req_start_csum)
+    m = rs_req.size
+    zeros = np.zeros(m, np.int64)
+    return Records(arrival_s=arrival, admit_s=arrival.copy(), first_token_s=first, finish_s=finish,
+                   output_len=wl.output_len, step_end_s=step_end, step_dur_s=dur, step_batch=np.ones(m, np.int64),
+                   step_gamma=rs_g if spec else zeros, step_bytes=byt, step_flops=flo,
+                   rs_step=np.arange(m, dtype=np.int64), rs_request=rs_req,
+                   rs_accepted=rs_n if spec else zeros, rs_gamma=rs_g if spec else zeros)
+
+
+def run_fast(wl, costs, acc=None, policy=None) -> Records:
+    """Batch-1 closed-loop run (speculative when `policy` is given, else the baseline)."""
+    if policy is None:
+        out = wl.output_len - 1
+        rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), out)
+        z = np.zeros(rs_req.size, np.int64)
+        return _lay_out(wl, costs, False, rs_req, z, z, np.ones(rs_req.size, np.int64))
+    if not policy.adaptive and not policy.oracle and acc.constant:  # whole lives at once, vectorized (FixedRuns)
+        G = policy.gamma
+        rs_n, tok, count = FixedRuns(acc, G, wl.output_len - 1).all()
+        rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), count)
+        return _lay_out(wl, costs, True, rs_req, np.full(rs_n.size, G, np.int64), rs_n, tok)
+    parts = [_acceptance_lockstep(wl, acc, policy, np.arange(s, min(s + BLOCK, wl.n), dtype=np.int64))
+             for s in range(0, wl.n, BLOCK)]
+    rs = [np.concatenate([p[k] for p in parts]) for k in range(4)]
+    return _lay_out(wl, costs, True, *rs)

@@ -1,0 +1,163 @@
+"""A ModelProfile from a Hugging Face `config.json` (Llama, Qwen2, Mistral, GPT-2 and T5 families).
+
+Only dense transformers are imported: a mixture-of-experts config (Mixtral, Qwen2/Qwen3-MoE, DeepSeek, DBRX, ...)
+is refused, because the cost model would read every expert's weights as one dense FFN on every step and report
+a model several times too slow and too large; a quantized checkpoint is refused too (its `torch_dtype` is the
+activations' dtype, not the weights'). Every problem — not JSON, not an object, a missing key, a value of the
+wrong type — is one ConfigError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from specsim.errors import ConfigError
+
+# keys that hold an expert count (Mixtral / GPT-OSS / Llama 4, Qwen-MoE / OLMoE / Jamba, DeepSeek, DBRX's ffn_config)
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+_MOE_TYPES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba",
+              "granitemoe", "phimoe", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss", "llama4", "arctic"}
+_HF_DTYPES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+_MISSING = object()
+
+
+def _read(path: Path) -> tuple[Path, dict]:
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=path) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a config.json", file=path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not a UTF-8 text file (byte {e.start})", file=path) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not valid JSON ({e.msg} at line {e.lineno})", file=path) from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read the file ({type(e).__name__}: {e})", file=path) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("not a Hugging Face config: the JSON is not an object", file=path,
+                          value=type(cfg).__name__, allowed="a JSON object of config keys")
+    return path, cfg
+
+
+def _experts(cfg: dict) -> tuple[str, object] | None:
+    """The first key that says the model is a mixture of experts, with its value."""
+    for where, d in (("", cfg), ("text_config.", cfg.get("text_config")), ("ffn_config.", cfg.get("ffn_config"))):
+        if not isinstance(d, dict):
+            continue
+        for k in _EXPERT_KEYS:
+            v = d.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
+                return where + k, v
+    mt = cfg.get("model_type")
+    if isinstance(mt, str) and (mt in _MOE_TYPES or "moe" in mt):
+        return "model_type", mt
+    return None
+
+
+def _refuse_unrepresentable(cfg: dict, path: Path) -> None:
+    moe = _experts(cfg)
+    if moe is not None:
+        raise ConfigError("a mixture-of-experts model: the cost model represents dense transformers only and would "
+                          "price every expert as one dense FFN; refused until MoE is modelled", file=path,
+                          field=moe[0], value=moe[1], allowed="a dense model's config.json")
+    q = cfg.get("quantization_config")
+    if q is not None:
+        method = q.get("quant_method") if isinstance(q, dict) else q
+        raise ConfigError("a quantized checkpoint: torch_dtype gives the activations, not the stored weights; "
+                          "write a TOML profile with the weights' dtype (int4, int8 or fp8) instead", file=path,
+                          field="quantization_config", value=method, allowed="an unquantized config.json")
+
+
+class _Cfg:
+    """Typed access to the config's keys, each failure one line naming the key."""
+
+    def __init__(self, cfg: dict, path: Path):
+        self.cfg, self.path = cfg, path
+        mt = cfg.get("model_type", "")
+        if not isinstance(mt, str):
+            raise ConfigError("not a string", file=path, field="model_type", value=mt, allowed="e.g. 'llama'")
+        self.model_type = mt
+
+    def int_(self, key: str, default=_MISSING) -> int:
+        v = self.cfg.get(key)
+        if v is None:
+            if default is _MISSING:
+                raise ConfigError("missing field in Hugging Face config", file=self.path, field=key,
+                                  allowed=f"a config of model_type {self.model_type!r} must define it")
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError("not an integer", file=self.path, field=key, value=v, allowed="a positive integer")
+        if v < 1:
+            raise ConfigError("value out of range", file=self.path, field=key, value=v, allowed=">= 1")
+        return v
+
+    def bool_(self, key: str, default: bool) -> bool:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise ConfigError("not a boolean", file=self.path, field=key, value=v, allowed="true or false")
+        return v
+
+    def str_(self, key: str, default: str) -> str:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, str):
+            raise ConfigError("not a string", file=self.path, field=key, value=v, allowed="a string")
+        return v
+
+    def dtype(self) -> str:
+        key = "torch_dtype" if self.cfg.get("torch_dtype") is not None else "dtype"
+        v = self.str_(key, "bfloat16")
+        if v not in _HF_DTYPES:
+            raise ConfigError("unsupported dtype", file=self.path, field=key, value=v,
+                              allowed=", ".join(sorted(_HF_DTYPES)))
+        return _HF_DTYPES[v]
+
+
+def _fields(c: _Cfg) -> dict:
+    """The ModelProfile fields for the config's family."""
+    if c.model_type == "t5":
+        n_heads = c.int_("num_heads")
+        proj = c.str_("feed_forward_proj", "relu")
+        return dict(architecture="encoder-decoder", n_layers=c.int_("num_decoder_layers", c.int_("num_layers")),
+                    n_encoder_layers=c.int_("num_layers"), d_model=c.int_("d_model"), d_ff=c.int_("d_ff"),
+                    n_heads=n_heads, n_kv_heads=n_heads, head_dim=c.int_("d_kv"), vocab_size=c.int_("vocab_size"),
+                    ffn="gated" if c.bool_("is_gated_act", False) or "gated" in proj else "plain",
+                    tied_embeddings=c.bool_("tie_word_embeddings", False))
+    if c.model_type == "gpt2":
+        d_model, n_heads = c.int_("n_embd"), c.int_("n_head")
+        return dict(n_layers=c.int_("n_layer"), d_model=d_model, d_ff=c.int_("n_inner", 4 * d_model),
+                    n_heads=n_heads, n_kv_heads=n_heads, head_dim=d_model // n_heads, vocab_size=c.int_("vocab_size"),
+                    ffn="plain", tied_embeddings=True, learned_positions=c.int_("n_positions"), attention_bias=True)
+    d_model, n_heads = c.int_("hidden_size"), c.int_("num_attention_heads")
+    return dict(n_layers=c.int_("num_hidden_layers"), d_model=d_model, d_ff=c.int_("intermediate_size"),
+                n_heads=n_heads, n_kv_heads=c.int_("num_key_value_heads", n_heads),
+                head_dim=c.int_("head_dim", max(1, d_model // n_heads)), vocab_size=c.int_("vocab_size"), ffn="gated",
+                tied_embeddings=c.bool_("tie_word_embeddings", False),
+                attention_bias=c.bool_("attention_bias", c.model_type == "qwen2"))
+
+
+def profile_from_hf_config(path: str | Path, name: str | None = None):
+    """`config.json` (or a folder holding it) → ModelProfile; refuses what the cost model cannot represent."""
+    from specsim.profiles import ModelProfile
+    from specsim.profiles.loader import _translate
+
+    path, cfg = _read(Path(path))
+    _refuse_unrepresentable(cfg, path)
+    c = _Cfg(cfg, path)
+    fields = _fields(c)
+    given = cfg.get("_name_or_path")
+    stem = path.resolve().parent.name if path.name == "config.json" else path.stem
+    name = name or (given if isinstance(given, str) and given else None) or stem or "hf-model"
+    try:
+        return ModelProfile(name=name, description=f"from {path}", dtype=c.dtype(), **fields)
+    except ValidationError as e:
+        raise _translate(e, path, ModelProfile) from None

@@ -1,0 +1,245 @@
+"""The profile schemas: typed hardware, software-stack and model profiles (loading is `specsim.profiles.loader`).
+
+Chip figures (datasheet) and software-stack figures (overheads, achievable fractions) live apart so
+each can be calibrated on its own. Model parameter counts are *derived* from architecture fields.
+Every schema is strict: numbers must be numbers (`"3350"` and `true` are refused, an integer is fine where a
+float is expected), floats must be finite, and cross-field rules bound what the fields may say together.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from specsim.errors import ConfigError, FieldError
+
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Overlap = Literal["max", "sum"]  # how a pass combines its memory and compute times (StackProfile.overlap)
+OVERLAPS: tuple[str, ...] = get_args(Overlap)
+
+# n_heads·head_dim / d_model. Decoder-only families keep the attention width near the residual width (Llama, Qwen2,
+# Mistral: 1; Gemma-7B 16·256/3072 = 1.33; Gemma-2-9B 1.14; Qwen3-0.6B 2); T5 treats d_kv as its own knob
+# (T5 v1.1 small 0.75, the original T5-3B 4 and T5-11B 16). Outside these bounds a field is almost surely a typo.
+ATTENTION_WIDTH_RATIO = {"decoder": (0.25, 4.0), "encoder-decoder": (0.25, 16.0)}
+# |derived / published_params - 1|. Published totals are rounded ("4B" has one significant figure: 3.5-4.5B) and
+# some count a table or a bias differently; the shipped profiles agree within 3.5% (tests/test_profiles.py holds
+# them to 3%). Beyond 15% the architecture fields and the published figure describe different models.
+PUBLISHED_PARAMS_TOLERANCE = 0.15
+
+PeakTflops = Annotated[float, Field(gt=0, le=1e6)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    # Smallest physical figure per field (beyond its `gt=0`): a bandwidth of 1e-300 GB/s is a typo that would
+    # turn every pass time into inf. "peak_tflops" applies to each dtype's entry.
+    _floors: ClassVar[dict[str, float]] = {}
+
+    @model_validator(mode="after")
+    def _above_floors(self):
+        for name, floor in self._floors.items():
+            v = getattr(self, name)
+            for key, x in (v.items() if isinstance(v, dict) else [(None, v)]):
+                if x is not None and x < floor:
+                    raise FieldError("below the smallest figure specsim models", field=name if key is None
+                                     else f"{name}.{key}", value=x, allowed=f">= {floor:g}")
+        return self
+
+
+class HardwareProfile(_Strict):
+    """One accelerator chip (or CPU socket) as the datasheet gives it."""
+
+    name: str
+    description: str = ""
+    kind: Literal["gpu", "tpu", "cpu"] = "gpu"
+    peak_tflops: dict[DType, PeakTflops] = Field(min_length=1, description="dense peak per dtype, TFLOP/s")
+    memory_bandwidth_gb_s: float = Field(gt=0, le=1e5)
+    memory_capacity_gb: float = Field(gt=0, le=1e5)
+    interconnect_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=1e5)
+    interconnect_latency_us: float | None = Field(default=None, ge=0, le=1e4)
+    chips_per_node: int = Field(default=1, ge=1, le=1024,
+                                description="chips one tensor-parallel group may span (a node, host or slice)")
+    default_stack: str | None = Field(default=None, description="stack profile used in calibrated mode")
+    _floors = {"peak_tflops": 1e-6, "memory_bandwidth_gb_s": 1e-3, "memory_capacity_gb": 1e-3,
+               "interconnect_bandwidth_gb_s": 1e-3}
+
+    def peak_flops(self, dtype: str) -> float:
+        if dtype not in self.peak_tflops:
+            raise ConfigError("no peak throughput for this dtype", file=f"hardware profile {self.name}",
+                              field="peak_tflops", value=dtype, allowed=", ".join(self.peak_tflops))
+        return self.peak_tflops[dtype] * 1e12
+
+    @property
+    def bandwidth_bytes_s(self) -> float:
+        return self.memory_bandwidth_gb_s * 1e9
+
+
+class StackProfile(_Strict):
+    """What the software stack adds to the chip: achievable fractions and fixed per-call costs."""
+
+    name: str
+    description: str = ""
+    bandwidth_fraction: float = Field(default=1.0, gt=0, le=1)
+    # Passes of at least multi_row_min_rows rows (B·P) may stream weights at their own fraction: eager fp32 PyTorch
+    # on a CPU runs one row as matrix-vector products but several rows as small, slower matrix products, and the BLAS
+    # switches kernels at a row count of its own (2 on the AMD EPYC, 4 on the Intel Xeon we measured; calibrate.py).
+    multi_row_bandwidth_fraction: float | None = Field(default=None, gt=0, le=1)
+    multi_row_min_rows: int = Field(default=2, ge=2, le=4096)
+    # "max": memory and compute overlap (the roofline; GPUs, TPUs); "sum": they take turns, as in eager fp32 PyTorch
+    # on a CPU, whose kernels stream a weight block and then multiply it (calibrate.py fits either).
+    overlap: Overlap = "max"
+    compute_fraction: float = Field(default=1.0, gt=0, le=1)
+    per_call_overhead_s: float = Field(default=0.0, ge=0, le=10)
+    per_layer_overhead_s: float = Field(default=0.0, ge=0, le=1)
+    # Added to every pass of more than one position per sequence: eager HF attention builds a causal mask and leaves
+    # SDPA's mask-free path once a pass has several query positions (fitted 1-5 ms on the 2-core CPU; calibrate.py)
+    multi_position_overhead_s: float = Field(default=0.0, ge=0, le=1)
+    provenance: str = ""
+    _floors = {"bandwidth_fraction": 1e-4, "multi_row_bandwidth_fraction": 1e-4, "compute_fraction": 1e-4}
+
+
+IDEAL_STACK = StackProfile(name="ideal", description="idealized roofline: full peak, no overheads")
+
+
+class ModelProfile(_Strict):
+    """Transformer architecture; every size follows from these fields."""
+
+    name: str
+    description: str = ""
+    architecture: Literal["decoder", "encoder-decoder"] = "decoder"
+    n_layers: int = Field(ge=1, le=1000, description="decoder layers")
+    n_encoder_layers: int = Field(default=0, ge=0, le=1000)
+    d_model: int = Field(ge=1, le=1_000_000)
+    d_ff: int = Field(ge=1, le=10_000_000)
+    n_heads: int = Field(ge=1, le=10_000)
+    n_kv_heads: int = Field(ge=1, le=10_000)
+    head_dim: int = Field(ge=1, le=10_000)
+    vocab_size: int = Field(ge=1, le=10_000_000)
+    ffn: Literal["gated", "plain"] = "gated"
+    tied_embeddings: bool = False
+    learned_positions: int = Field(default=0, ge=0, le=10_000_000, description="rows of a learned position table")
+    attention_bias: bool = False
+    relative_position_projection: bool = Field(
+        default=False, description="Transformer-XL relative positions (Gopher, Chinchilla): one d_model x "
+                                   "n_heads*head_dim projection of the position embeddings per layer")
+    dtype: DType = "bf16"
+    published_params: float | None = Field(default=None, gt=0, le=1e15,
+                                           description="published total; must agree with the derived count "
+                                                       "within PUBLISHED_PARAMS_TOLERANCE")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelProfile":
+        if self.n_heads % self.n_kv_heads:
+            raise FieldError("n_heads must be a multiple of n_kv_heads (grouped-query attention)", field="n_kv_heads",
+                             value=self.n_kv_heads, allowed=f"a divisor of n_heads = {self.n_heads}")
+        if self.architecture == "decoder" and self.n_encoder_layers:
+            raise FieldError("must be 0 for a decoder-only model", field="n_encoder_layers",
+                             value=self.n_encoder_layers, allowed="0, or architecture = 'encoder-decoder'")
+        if self.architecture == "encoder-decoder" and not self.n_encoder_layers:
+            raise FieldError("an encoder-decoder model needs encoder layers", field="n_encoder_layers",
+                             value=self.n_encoder_layers, allowed=">= 1")
+        if self.head_dim > self.d_model:
+            raise FieldError("a head wider than the model", field="head_dim", value=self.head_dim,
+                             allowed=f"<= d_model = {self.d_model}")
+        lo, hi = ATTENTION_WIDTH_RATIO[self.architecture]
+        ratio = self._q_dim / self.d_model
+        if not lo <= ratio <= hi:
+            raise FieldError(f"n_heads·head_dim = {self._q_dim} is {ratio:.3g}× d_model = {self.d_model}",
+                             field="head_dim", value=self.head_dim,
+                             allowed=f"n_heads·head_dim between {lo:g}× and {hi:g}× d_model for a {self.architecture}"
+                                     f" model")
+        if self.published_params is not None:
+            err = self.total_params / self.published_params - 1
+            if abs(err) > PUBLISHED_PARAMS_TOLERANCE:
+                raise FieldError(f"the architecture fields give {self.total_params:,} parameters, "
+                                 f"{100 * err:+.0f}% off the published figure", field="published_params",
+                                 value=self.published_params,
+                                 allowed=f"within ±{PUBLISHED_PARAMS_TOLERANCE:.0%} of the derived count "
+                                         f"(fix the architecture fields, or the figure)")
+        return self
+
+    # --- derived sizes -------------------------------------------------------------------
+    @property
+    def bytes_per_param(self) -> float:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def _q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def _kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def self_attention_params(self) -> int:
+        p = self.d_model * self._q_dim * 2 + self.d_model * self._kv_dim * 2
+        if self.attention_bias:
+            p += self._q_dim + 2 * self._kv_dim
+        return p
+
+    @property
+    def cross_attention_params(self) -> int:
+        """T5 decoder layers attend to the encoder output with full (non-grouped) heads."""
+        return 4 * self.d_model * self._q_dim if self.architecture == "encoder-decoder" else 0
+
+    @property
+    def ffn_params(self) -> int:
+        return (3 if self.ffn == "gated" else 2) * self.d_model * self.d_ff
+
+    @property
+    def relative_position_params(self) -> int:
+        return self.d_model * self._q_dim if self.relative_position_projection else 0
+
+    @property
+    def decoder_layer_params(self) -> int:
+        return (self.self_attention_params + self.cross_attention_params + self.ffn_params + 2 * self.d_model
+                + self.relative_position_params)
+
+    @property
+    def encoder_params(self) -> int:
+        return self.n_encoder_layers * (self.self_attention_params + self.ffn_params + 2 * self.d_model)
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.d_model + self.learned_positions * self.d_model
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tied_embeddings else self.vocab_size * self.d_model
+
+    @property
+    def total_params(self) -> int:
+        return (self.embedding_params + self.lm_head_params + self.encoder_params
+                + self.n_layers * self.decoder_layer_params)
+
+    @property
+    def step_params(self) -> int:
+        """Weights one decode step reads: decoder layers + LM head (the encoder ran once per request)."""
+        head = self.vocab_size * self.d_model  # tied or not, the head matrix is read in full
+        return self.n_layers * self.decoder_layer_params + head
+
+    @property
+    def matmul_params_per_token(self) -> int:
+        """Parameters that take part in a matmul for one new decoder position (2 FLOPs each)."""
+        return self.n_layers * (self.self_attention_params + self.cross_attention_params + self.ffn_params) \
+            + self.vocab_size * self.d_model
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Self-attention K and V for one position, all decoder layers (all chips together; see costs.py for TP)."""
+        return 2 * self.n_layers * self._kv_dim * self.bytes_per_param
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.total_params * self.bytes_per_param
+
+    @classmethod
+    def from_hf_config(cls, path: str | Path, name: str | None = None) -> "ModelProfile":
+        """Build a profile from a Hugging Face `config.json` or its folder (see `specsim.profiles.hf_import`)."""
+        from specsim.profiles.hf_import import profile_from_hf_config
+
+        return profile_from_hf_config(path, name)

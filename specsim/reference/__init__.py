@@ -1,1 +1,0 @@
-"""Readers of reference engines outputs (vLLM): torch-free, tested on committed fixtures."""

@@ -1,0 +1,1 @@
+"""β traces: the file format (`format`), synthetic generators (`synth`) and their statistics (`stats`)."""
