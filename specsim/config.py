@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Policy = Literal["fixed", "optimal", "heuristic", "oracle"]
+Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
 LengthDist = Literal["fixed", "uniform"]
 Engine = Literal["simpy", "fast", "auto"]
 EngineProfile = Literal["specsim", "hf-assisted", "vllm-v1"]
@@ -29,6 +29,9 @@ class SimConfig(BaseModel):
     # speculation
     gamma: int = Field(default=4, ge=1, le=64, description="draft length (initial value for adaptive policies)")
     policy: Policy = "fixed"
+    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
+        default=None, description="policy 'bands': γ by live batch size, vLLM's shape [[start, end, γ], ...] "
+        "(inclusive batch-size ranges, ascending, not overlapping; None = the bands choose-draft advises)")
     lenience: float = Field(default=1.0, gt=0, le=1, description="App. A.5 lenience l; 1 = exact")
     fixed_c: float | None = Field(default=None, ge=0, lt=10,
                                   description="override the cost model: target pass = 1 unit whatever its "
@@ -65,7 +68,7 @@ class SimConfig(BaseModel):
     engine: Engine = Field(default="simpy", description="'simpy' = the discrete-event engine of record; 'fast' = "
                            "the vectorized batch-1 path (closed loop, batch 1 only); 'auto' = fast when eligible")
 
-    # engine profile: how a serving engine schedules a step (specsim.engine_profiles); vLLM's flag names
+    # engine profile: how a serving engine schedules a step (specsim.engine.engine_profiles); vLLM's flag names
     engine_profile: EngineProfile = Field(default="specsim", description="'specsim' = specsim's own engine: one "
                                           "draft-then-verify iteration over the batch, prefill stalling it; "
                                           "'hf-assisted' = Hugging Face assisted generation at batch 1 (prefill "
@@ -96,6 +99,11 @@ class SimConfig(BaseModel):
             raise ValueError("give at most one of rate and arrivals_csv")
         if self.fixed_c is not None and (self.measured_target is not None or self.measured_draft is not None):
             raise ValueError("give at most one of fixed_c and measured_target / measured_draft")
+        bands = self.num_speculative_tokens_per_batch_size
+        if bands is not None:
+            if self.policy != "bands":
+                raise ValueError("num_speculative_tokens_per_batch_size belongs to policy 'bands'")
+            _check_bands(bands)
         vllm_only = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "step_table_target",
                      "step_table_draft")
         if self.engine_profile != "vllm-v1":
@@ -104,3 +112,18 @@ class SimConfig(BaseModel):
             if given:
                 raise ValueError(f"--{given[0].replace('_', '-')} belongs to --engine-profile vllm-v1")
         return self
+
+
+def _check_bands(bands) -> None:
+    """vLLM-style γ bands: each [start, end, γ] with 1 <= start <= end and 1 <= γ <= 64, ascending, disjoint."""
+    if not bands:
+        raise ValueError("num_speculative_tokens_per_batch_size is empty; give at least one [start, end, γ]")
+    prev_end = 0
+    for start, end, gamma in bands:
+        if not 1 <= start <= end:
+            raise ValueError(f"band [{start}, {end}, {gamma}]: need 1 <= start <= end")
+        if not 1 <= gamma <= 64:
+            raise ValueError(f"band [{start}, {end}, {gamma}]: γ must be in 1..64")
+        if start <= prev_end:
+            raise ValueError(f"band [{start}, {end}, {gamma}] overlaps or precedes the band before it")
+        prev_end = end
