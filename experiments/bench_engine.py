@@ -1,252 +1,302 @@
-"""Engine throughput in CPU time: simulated tokens per CPU-second at batch 1, engine steps per CPU-second at batch 64.
+"""Engine speed against a plain reference: CPU time of every `simulate.run` mode beside a plain-numpy program
+doing the same arithmetic (issue 14 item 8; the references are `experiments/bench_reference.py`).
 
-Issue 3 item 9 / issue 4 item 7 (target: >= 100,000 engine steps per CPU-second at batch 64). Setup: Llama-3.1-8B
-with a Llama-3.2-1B draft on one H100 SXM (pytorch-eager stack), α = 0.7 i.i.d., γ = 4, prompt 128, output 128
-(batch 1) / 512 (batch 64, the target's setup) and 128 (batch 64, short requests: admission-heavy). CPU time is
-`time.process_time()` of this process (the engines are single-threaded Python + numpy; BLAS threads play no part).
-Each figure is the best of `--repeat` runs (least disturbed by other load). Every timed engine run gets a fresh
-`Acceptance` (as each `simulate` call does), so per-run set-up such as opening the acceptance streams is counted.
-Measured pieces:
-- the speculative engine alone (`engine.run_engine` / `fastpath.run_fast`, set up as `simulate.simulate` does),
-  each step kernel of the SimPy engine the version offers ('ahead' = acceptance drawn before admission, 'live' =
-  per-iteration array work, which traces and adaptive policies need);
-- the plain-decoding baseline engine at batch 64;
-- `simulate.run` end to end (speculative run + paired baseline + metrics), which is what sweeps pay per point;
-- a trace-replay run (clustered Markov trace) at batch 64, which must take the 'live' kernel.
-Where the time goes: cProfile of the batch-64 speculative engine runs, top entries by own time, with the share of
-admission (`engine._join` and below) and of the acceptance draws in it.
+Goal: every mode within 2× of its reference, >= 150,000 steps per CPU-second at batch 64.
+Setup: Llama-3.1-8B with a Llama-3.2-1B draft on one H100 SXM (its default stack), α = 0.7 i.i.d. (or a clustered
+Markov β trace), γ = 4, prompt 128. Modes (each `specsim.simulate.run(SimConfig(...))`, so a figure is what a
+sweep pays per point: the speculative run, its paired plain-decoding baseline, and the metrics):
+- b1_simpy: batch 1 closed loop, engine 'simpy';   reference: `batch1` (vectorized) and `loop`
+- b1_fast:  batch 1 closed loop, engine 'fast';    reference: `batch1`
+- b8, b64:  batch 8 / 64 closed loop (SimPy);      reference: `loop`, and `closed_vectorized` (a lower bound)
+- poisson:  Poisson arrivals, 10 req/s, batch cap 256 (SimPy); reference: `loop`
+- trace64:  batch 64 closed loop driven by a β trace (the SimPy 'live' kernel); reference: `loop` (trace draws)
+Every reference's totals (steps, tokens, walltime, mean TTFT / end-to-end latency, speculative and baseline) are
+checked against specsim's row before anything is timed; a mismatch stops the benchmark.
 
-Usage: .venv/bin/python experiments/bench_engine.py [--repeat 3] [--before OLD.json]
-Writes experiments/results/bench_engine.json and bench_engine.md; with --before (this script's JSON from an earlier
-version of the code, run on the same machine just before) the tables get a "before" column.
+Timing: `time.process_time()` of this process (single-threaded Python + numpy). After one untimed warm-up of
+each program (it fills the process-wide caches both sides keep: specsim's pass-cost segments, the reference's
+step-time tables), `--repeat` rounds alternate the programs in ABBA order (engine, references, then reversed);
+each figure is the median with min and max; the ratio is the median of the per-round ratios engine / reference.
+Where the time goes: cProfile of one run of b64, b1_simpy, b1_fast and trace64, by source file and by function.
+
+Usage: .venv/bin/python experiments/bench_engine.py [--quick] [--repeat 7]
+Writes experiments/results/bench_engine.json and bench_engine.md (--out DIR elsewhere; --quick writes nothing
+unless --out is given).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import inspect
+import gc
 import io
 import json
 import os
 import platform
 import pstats
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
 
 import numpy as np  # noqa: E402
 
-from specsim import profiles as prof# noqa: E402
-from specsim.traces import synth as trace_synth  # noqa: E402
-from specsim.engine.acceptance import Acceptance  # noqa: E402
+import bench_reference as ref  # noqa: E402
 from specsim.config import SimConfig  # noqa: E402
-from specsim.cost.roofline import CostModel  # noqa: E402
-from specsim.engine.simpy_engine import run_engine  # noqa: E402
-from specsim.engine.fastpath import run_fast  # noqa: E402
-from specsim.engine.policies import make_policy  # noqa: E402
 from specsim.simulate import run  # noqa: E402
-from specsim.cost.steptime import Memory, StepCosts  # noqa: E402
-from specsim.engine.workload import build_workload  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
-TARGET_STEPS_PER_S = 100_000
-BASE = {"hardware": "h100-sxm", "target": "llama-3.1-8b", "draft": "llama-3.2-1b", "alpha": 0.7, "gamma": 4,
-        "prompt_len": 128}
-KERNELS = ("ahead", "live") if "kernel" in inspect.signature(run_engine).parameters else (None,)
+RESULTS = ROOT / "experiments" / "results"
+GOAL_RATIO, GOAL_STEPS = 2.0, 150_000
+PROFILED = ("b64", "b1_simpy", "b1_fast", "trace64")
+BASE = {"hardware": "h100-sxm", "target": "llama-3.1-8b", "draft": "llama-3.2-1b", "gamma": 4, "prompt_len": 128,
+        "seed": 0}
 
 
-def _setup(cfg: SimConfig):
-    """What `simulate.simulate` builds before it calls an engine (public pieces only)."""
-    hw = prof.hardware(cfg.hardware)
-    st = prof.stack(hw.default_stack if cfg.stack is None else cfg.stack)
-    t, d = CostModel(prof.model(cfg.target), hw, st, tp=cfg.tp), CostModel(prof.model(cfg.draft), hw, st, tp=cfg.tp)
-    costs = StepCosts(t, d)
-    acc = Acceptance.from_config(cfg)
-    policy = make_policy(cfg.policy, cfg.gamma, acc.alpha, costs.derived_c(cfg.prompt_len))
-    return build_workload(cfg), costs, acc, policy, Memory([t, d], policy.max_gamma + 1), Memory([t], 0)
+def modes(quick: bool, trace: str) -> dict[str, dict]:
+    q = 8 if quick else 1
+    a = {"alpha": 0.7}
+    return {
+        "b1_simpy": {"cfg": {**a, "batch": 1, "requests": 2000 // q, "output_len": 128, "engine": "simpy"},
+                     "refs": ["batch1", "loop"]},
+        "b1_fast": {"cfg": {**a, "batch": 1, "requests": 20000 // q, "output_len": 128, "engine": "fast"},
+                    "refs": ["batch1"]},
+        "b8": {"cfg": {**a, "batch": 8, "requests": 512 // q, "output_len": 512, "engine": "simpy"},
+               "refs": ["loop", "closed_vectorized"]},
+        "b64": {"cfg": {**a, "batch": 64, "requests": 4096 // q, "output_len": 512, "engine": "simpy"},
+                "refs": ["loop", "closed_vectorized"]},
+        "poisson": {"cfg": {**a, "rate": 10.0, "max_batch": 256, "requests": 4096 // q, "output_len": 512,
+                            "engine": "simpy"}, "refs": ["loop"]},
+        "trace64": {"cfg": {"trace": trace, "batch": 64, "requests": 4096 // q, "output_len": 512,
+                            "engine": "simpy"}, "refs": ["loop"]},
+    }
 
 
-def _best_cpu(fn, repeat: int):
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.process_time()
-        out = fn()
-        best = min(best, time.process_time() - t0)
-    return best, out
+def _cpu(fn):
+    gc.collect()
+    t0 = time.process_time()
+    out = fn()
+    return time.process_time() - t0, out
 
 
-def _engine(cfg, wl, costs, policy, mem, kernel):
-    kw = {} if kernel is None else {"kernel": kernel}
-    return lambda: run_engine(wl, costs, Acceptance.from_config(cfg), policy, mem, **kw)
+def _stats(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "all": xs}
 
 
-def _profile(fn) -> dict:
+def bench_mode(name: str, m: dict, repeat: int) -> dict:
+    s = {**BASE, **m["cfg"]}
+    cfg = SimConfig(**s)
+    progs = {"engine": lambda: run(cfg)} | {r: (lambda r=r: ref.reference(s, r)) for r in m["refs"]}
+    progs["draws"] = lambda: ref.draws(s)  # the references' first part alone (no ratio: where their time goes)
+    progs["streams"] = lambda: ref.open_streams(s)  # of which: opening the streams with numpy's default_rng
+    row = progs["engine"]()  # warm-up, and the figures the references must reproduce
+    for r in m["refs"]:
+        bad = ref.check(progs[r](), row)
+        if bad:
+            raise SystemExit(f"{name}: reference '{r}' disagrees with specsim: " + "; ".join(bad))
+    times: dict[str, list[float]] = {k: [] for k in progs}
+    order = list(progs)
+    for rnd in range(repeat):  # ABBA: forward, then reversed
+        for k in (order if rnd % 2 == 0 else order[::-1]):
+            times[k].append(_cpu(progs[k])[0])
+    steps, base_steps = int(row["steps"]), int(row["baseline_steps"])
+    out = {"config": s, "engine_used": row.get("engine"), "steps": steps, "baseline_steps": base_steps,
+           "request_steps": int(row["request_steps"]), "output_tokens": int(row["output_tokens"]),
+           "batch_mean": row.get("batch_mean"), "cpu_s": {k: _stats(v) for k, v in times.items()}}
+    e = out["cpu_s"]["engine"]["median"]
+    out["steps_per_cpu_s"] = steps / e
+    out["all_steps_per_cpu_s"] = (steps + base_steps) / e
+    out["tokens_per_cpu_s"] = out["output_tokens"] / e
+    med = {k: v["median"] for k, v in out["cpu_s"].items()}
+    out["reference_draws_share"] = {r: med["draws"] / med[r] for r in m["refs"]}
+    out["reference_streams_share"] = {r: med["streams"] / med[r] for r in m["refs"]}
+    # stricter: against the reference less its stream opening (specsim opens the same streams ~8x cheaper)
+    out["ratio_without_stream_opening"] = {r: _stats([a / max(b - c, 1e-9) for a, b, c in zip(
+        times["engine"], times[r], times["streams"])]) for r in m["refs"]}
+    out["ratio"] = {r: _stats([a / b for a, b in zip(times["engine"], times[r])]) for r in m["refs"]}
+    out["reference_steps_per_cpu_s"] = {r: steps / out["cpu_s"][r]["median"] for r in m["refs"]}
+    return out
+
+
+# --- where the time goes --------------------------------------------------------------------------------------------
+def _short(path: str) -> str:
+    p = Path(path)
+    if "site-packages" in p.parts:
+        i = p.parts.index("site-packages")
+        return p.parts[i + 1] + "/" + "/".join(p.parts[i + 2:])[-40:] if len(p.parts) > i + 2 else p.name
+    try:
+        return str(p.resolve().relative_to(ROOT))
+    except ValueError:
+        return path
+
+
+def profile(cfg: SimConfig, top: int = 12) -> dict:
+    run(cfg)  # warm
     pr = cProfile.Profile()
     pr.enable()
-    fn()
+    run(cfg)
     pr.disable()
     st = pstats.Stats(pr, stream=io.StringIO())
     total = sum(v[2] for v in st.stats.values())
-    top = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:14]
-
-    def cum(names, file):
-        return sum(v[3] for (fn, _, name), v in st.stats.items() if name in names and fn.endswith(file))
-
-    return {"total_tottime_s": total, "admission_cumtime_share": cum({"_join"}, "engine.py") / total,
-            "acceptance_draws_cumtime_share": cum({"fixed_runs", "fixed_run", "assign", "refill"},
-                                                  "acceptance.py") / total,
-            "top": [{"function": f"{Path(fn).name}:{line}({name})", "calls": v[1], "tottime_s": v[2],
-                     "cumtime_s": v[3], "share": v[2] / total} for (fn, line, name), v in top]}
-
-
-def _batch64(out_len: int, repeat: int, full: bool) -> tuple[dict, dict]:
-    b64 = {}
-    cfg64 = SimConfig(**BASE, batch=64, requests=64 * 64, output_len=out_len)
-    wl, costs, _, pol, mem, mem_b = _setup(cfg64)
-    for k in KERNELS:
-        _best_cpu(_engine(cfg64, wl, costs, pol, mem, k), 1)
-        cpu, rec = _best_cpu(_engine(cfg64, wl, costs, pol, mem, k), repeat)
-        steps = int(rec.step_end_s.size)
-        b64[f"spec_simpy_{k or 'default'}"] = {"cpu_s": cpu, "steps": steps, "steps_per_cpu_s": steps / cpu,
-                                               "request_steps": int(rec.rs_request.size),
-                                               "tokens_per_cpu_s": int(wl.output_len.sum()) / cpu}
-    cpu, rec = _best_cpu(lambda: run_engine(wl, costs, None, None, mem_b), repeat)
-    b64["baseline_simpy"] = {"cpu_s": cpu, "steps": int(rec.step_end_s.size),
-                             "steps_per_cpu_s": rec.step_end_s.size / cpu}
-    if full:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = trace_synth.markov(0.7, 20, n_sequences=64, length=1024, seed=0).write(Path(tmp) / "m.parquet")
-            cfg_t = cfg64.model_copy(update={"alpha": None, "trace": str(path)})
-            wl_t, costs_t, _, pol_t, mem_t, _ = _setup(cfg_t)
-            _best_cpu(_engine(cfg_t, wl_t, costs_t, pol_t, mem_t, None), 1)
-            cpu, rec = _best_cpu(_engine(cfg_t, wl_t, costs_t, pol_t, mem_t, None), repeat)
-        b64["spec_simpy_trace_replay"] = {"cpu_s": cpu, "steps": int(rec.step_end_s.size),
-                                          "steps_per_cpu_s": rec.step_end_s.size / cpu}
-    cpu, r = _best_cpu(lambda: run(cfg64), repeat)
-    b64["run_end_to_end_spec_plus_baseline_steps"] = {
-        "cpu_s": cpu, "steps": r["steps"] + r["baseline_steps"],
-        "steps_per_cpu_s": (r["steps"] + r["baseline_steps"]) / cpu,
-        "note": "simulate.run: speculative + paired baseline steps (cheap) + metrics"}
-    prof = {k or "default": _profile(_engine(cfg64, wl, costs, pol, mem, k)) for k in KERNELS}
-    return b64, prof
+    by_file: dict[str, float] = {}
+    for (fn, _, _), v in st.stats.items():
+        k = "(builtins: numpy / C calls)" if fn == "~" else _short(fn)
+        by_file[k] = by_file.get(k, 0.0) + v[2]
+    ent = [{"function": f"{_short(fn)}:{line}({name})" if fn != "~" else name, "calls": v[1], "own_s": v[2],
+            "cum_s": v[3], "own_share": v[2] / total, "cum_share": v[3] / total}
+           for (fn, line, name), v in st.stats.items()]
+    own = sorted(ent, key=lambda e: -e["own_s"])[:top]
+    cum = sorted((e for e in ent if "specsim/" in e["function"]), key=lambda e: -e["cum_s"])[:top]
+    files = sorted(by_file.items(), key=lambda kv: -kv[1])[:10]
+    return {"total_s": total, "by_file": [{"file": f, "own_s": t, "share": t / total} for f, t in files],
+            "by_own": own, "by_cum": cum}
 
 
-def bench(repeat: int) -> dict:
-    out: dict = {"machine": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
-                             "processor": platform.processor() or platform.machine(),
-                             "load_average_1min_before": round(os.getloadavg()[0], 2)},
-                 "setup": BASE, "repeat": repeat, "target_steps_per_cpu_s_batch64": TARGET_STEPS_PER_S}
-    # --- batch 1: tokens per CPU-second --------------------------------------------------------------------
-    b1 = {}
-    cfg = SimConfig(**BASE, batch=1, requests=2000, output_len=128)
-    wl, costs, _, pol, mem, _ = _setup(cfg)
-    tokens = int(wl.output_len.sum())
-    for k in KERNELS:
-        _best_cpu(_engine(cfg, wl, costs, pol, mem, k), 1)  # warm the pass-cost caches
-        cpu, rec = _best_cpu(_engine(cfg, wl, costs, pol, mem, k), repeat)
-        b1[f"simpy_{k or 'default'}"] = {"cpu_s": cpu, "tokens": tokens, "steps": int(rec.step_end_s.size),
-                                         "tokens_per_cpu_s": tokens / cpu}
-    cfg_f = SimConfig(**BASE, batch=1, requests=20000, output_len=128)
-    wl_f, costs_f, _, pol_f, _, _ = _setup(cfg_f)
-    _best_cpu(lambda: run_fast(wl_f, costs_f, Acceptance.from_config(cfg_f), pol_f), 1)
-    cpu, rec = _best_cpu(lambda: run_fast(wl_f, costs_f, Acceptance.from_config(cfg_f), pol_f), repeat)
-    tok_f = int(wl_f.output_len.sum())
-    b1["fast_path"] = {"cpu_s": cpu, "tokens": tok_f, "steps": int(rec.step_end_s.size),
-                       "tokens_per_cpu_s": tok_f / cpu}
-    for eng, c in (("simpy", cfg), ("fast", cfg_f)):
-        cc = c.model_copy(update={"engine": eng})
-        cpu, r = _best_cpu(lambda cc=cc: run(cc), repeat)
-        b1[f"run_end_to_end_{eng}"] = {"cpu_s": cpu, "tokens": int(r["output_tokens"]),
-                                       "tokens_per_cpu_s": r["output_tokens"] / cpu,
-                                       "note": "speculative + paired baseline + metrics"}
-    out["batch1"] = b1
-    # --- batch 64: engine steps per CPU-second (512-token requests: the target's setup; 128: admission-heavy) --
-    out["batch64"], prof = _batch64(512, repeat, full=True)
-    out["batch64_out128"], prof128 = _batch64(128, repeat, full=False)
-    b64 = out["batch64"]
-    best = max(v["steps_per_cpu_s"] for k, v in b64.items() if k.startswith("spec_simpy_") and "trace" not in k)
-    out["batch64_best_spec_steps_per_cpu_s"] = best
-    out["batch64_out128_best_spec_steps_per_cpu_s"] = max(
-        v["steps_per_cpu_s"] for k, v in out["batch64_out128"].items() if k.startswith("spec_simpy_"))
-    out["meets_target"] = best >= TARGET_STEPS_PER_S
-    out["profile_batch64"] = prof
-    out["profile_batch64_out128"] = prof128
+# --- machine --------------------------------------------------------------------------------------------------------
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import simpy
+
+    dirty = _git("status", "--porcelain", "--", "specsim")
+    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+            "simpy": simpy.__version__, "commit": os.environ.get("BENCH_COMMIT") or _git("rev-parse", "--short",
+                                                                                          "HEAD") or "unknown",
+            "specsim_tree": os.environ.get("BENCH_TREE") or ("modified" if dirty else "clean"),
+            "load_average_1min_before": round(os.getloadavg()[0], 2)}
+
+
+def bench(quick: bool, repeat: int) -> dict:
+    from specsim.traces import synth
+
+    out: dict = {"machine": machine(), "quick": quick, "repeat": repeat, "goal": {"ratio": GOAL_RATIO,
+                                                                                 "b64_steps_per_cpu_s": GOAL_STEPS}}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = str(synth.markov(0.7, 20, n_sequences=64, length=1024, seed=0).write(Path(tmp) / "markov.parquet"))
+        ms = modes(quick, trace)
+        out["modes"] = {}
+        for name, m in ms.items():
+            out["modes"][name] = bench_mode(name, m, repeat)
+            r = out["modes"][name]
+            print(f"{name}: {r['steps']:,} steps, engine {r['cpu_s']['engine']['median']:.3f} s, ratio "
+                  + ", ".join(f"{k} {v['median']:.2f}×" for k, v in r["ratio"].items()), flush=True)
+        out["profile"] = {k: profile(SimConfig(**{**BASE, **ms[k]["cfg"]})) for k in PROFILED}
+    d = SimConfig(**{**BASE, "alpha": 0.7, "batch": 1, "requests": 4, "output_len": 16})
+    out["default_engine_batch1"] = run(d).get("engine")
     out["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     return out
 
 
-def _table(rows: dict, before: dict | None, unit: str, key: str) -> list[str]:
-    head = f"| what | {unit} | CPU s | {unit} / CPU-s |" + (" before: CPU s | before: / CPU-s | speed-up |"
-                                                           if before else "")
-    lines = [head, "|---|---:|---:|---:|" + ("---:|---:|---:|" if before else "")]
-    for k, v in rows.items():
-        line = f"| {k} | {v[unit]:,} | {v['cpu_s']:.3f} | {v[key]:,.0f} |"
-        if before:
-            b = before.get(k)
-            line += (f" {b['cpu_s']:.3f} | {b[key]:,.0f} | {v[key] / b[key]:.2f}× |" if b else " – | – | – |")
-        lines.append(line)
-    return lines
+# --- markdown -------------------------------------------------------------------------------------------------------
+def _fmt_t(s: dict) -> str:
+    return f"{s['median']:.3f} ({s['min']:.3f}–{s['max']:.3f})"
 
 
-def markdown(res: dict, before: dict | None = None) -> str:
+def markdown(res: dict) -> str:
     m = res["machine"]
-    setup = (f"Setup: {res['setup']['target']} + {res['setup']['draft']} on {res['setup']['hardware']}, "
-             f"α = {res['setup']['alpha']}, γ = {res['setup']['gamma']}; Python {m['python']}, numpy "
-             f"{m['numpy']}, {m['cpus']} CPUs (1-min load average {m.get('load_average_1min_before')} before, "
-             f"{m.get('load_average_1min_after')} after: other jobs shared the machine); best of {res['repeat']} "
-             "(`time.process_time`). Reproduce: `.venv/bin/python experiments/bench_engine.py`.")
-    bf = before or {}
-    lines = ["# Engine benchmark (CPU time)", "", setup, ""]
-    if before:
-        lines += [(f"'before' = the same script on the previous code (commit before the engine speed-up), run on "
-                   f"this machine just before (load {bf['machine'].get('load_average_1min_before')}). Results "
-                   "are bit-identical between the two versions."), ""]
-    lines += ["## Batch 1: simulated tokens per CPU-second", ""]
-    lines += _table(res["batch1"], bf.get("batch1"), "tokens", "tokens_per_cpu_s")
-    tgt = res["target_steps_per_cpu_s_batch64"]
-    for key, title in (("batch64", "512-token requests (the target's setup)"),
-                       ("batch64_out128", "128-token requests")):
-        lines += ["", f"## Batch 64, {title}: engine steps per CPU-second (target ≥ {tgt:,})", ""]
-        lines += _table(res[key], bf.get(key), "steps", "steps_per_cpu_s")
-    verdict = (f"Best speculative SimPy kernel at batch 64: {res['batch64_best_spec_steps_per_cpu_s']:,.0f} "
-               f"steps/CPU-s with 512-token requests — target {'met' if res['meets_target'] else 'NOT met'}; "
-               f"{res['batch64_out128_best_spec_steps_per_cpu_s']:,.0f} with 128-token requests.")
-    lines += ["", verdict, ""]
-    for pkey, title in (("profile_batch64", "512-token requests"), ("profile_batch64_out128", "128-token requests")):
-        lines += [f"## Where the time goes (cProfile, batch 64, {title}, by own time)", ""]
-        for k, p in res[pkey].items():
-            head = (f"Kernel `{k}` (profiled total {p['total_tottime_s']:.3f} s, profiler overhead included; "
-                    f"admitting requests — `engine._join` and below — takes {p['admission_cumtime_share']:.0%}; "
-                    f"the acceptance draws (`FixedRuns` / `UniformPool`, wherever called) "
-                    f"{p['acceptance_draws_cumtime_share']:.0%}):")
-            lines += [head, "", "| function | calls | own s | cumulative s | own share |",
-                      "|---|---:|---:|---:|---:|"]
-            for e in p["top"]:
-                lines.append(f"| `{e['function']}` | {e['calls']:,} | {e['tottime_s']:.4f} | "
-                             f"{e['cumtime_s']:.4f} | {e['share']:.1%} |")
-            lines.append("")
-    return "\n".join(lines)
+    L = ["# Engine speed against a plain reference (CPU time)", "",
+         f"Machine: {m['cpu']}, {m['cpus']} CPUs, Python {m['python']}, numpy {m['numpy']}, simpy {m['simpy']}; "
+         f"specsim at commit {m['commit']} ({m['specsim_tree']} tree). The host was SHARED: other jobs ran on it "
+         f"(1-min load average {m['load_average_1min_before']} before, {m['load_average_1min_after']} after), so "
+         "the figures are noisy; ABBA order and medians of "
+         f"{res['repeat']} rounds damp that, and a ratio is the median of per-round ratios (engine and reference "
+         "timed back to back). Rerun on a quiet machine: `.venv/bin/python experiments/bench_engine.py`"
+         + (" (this is a `--quick` run)." if res["quick"] else "."), "",
+         "Setup: llama-3.1-8b + llama-3.2-1b on h100-sxm, γ = 4, prompt 128, α = 0.7 i.i.d. (trace64: a Markov β "
+         "trace, α 0.7, stretches of 20). CPU time is `time.process_time` of one `specsim.simulate.run` call "
+         "(speculative run + paired baseline + metrics) against the reference program "
+         "(`experiments/bench_reference.py`) computing the same totals — checked equal before timing (steps, "
+         "tokens, walltime, mean TTFT and end-to-end latency of both runs). Steps = speculative engine "
+         "iterations; 'all steps' adds the baseline's.", "",
+         f"Goal: every mode within {res['goal']['ratio']:g}× of its reference; ≥ "
+         f"{res['goal']['b64_steps_per_cpu_s']:,} steps per CPU-second at batch 64.", "",
+         "| mode | engine used | requests | steps (spec / baseline) | mean batch | engine CPU s: median (min–max) | "
+         "steps / CPU-s | all steps / CPU-s | reference | reference CPU s | of it: draws / stream opening | "
+         "ratio engine / ref: median (min–max) | ratio vs ref less stream opening | within 2×? |",
+         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+    for name, r in res["modes"].items():
+        for j, (k, ratio) in enumerate(r["ratio"].items()):
+            head = (f"| {name} | {r['engine_used']} | {r['config']['requests']:,} | {r['steps']:,} / "
+                    f"{r['baseline_steps']:,} | {r['batch_mean']:.1f} | {_fmt_t(r['cpu_s']['engine'])} | "
+                    f"{r['steps_per_cpu_s']:,.0f} | {r['all_steps_per_cpu_s']:,.0f} |") if j == 0 else \
+                "| | | | | | | | |"
+            ok = "yes" if ratio["median"] <= res["goal"]["ratio"] else "no"
+            strict = r["ratio_without_stream_opening"][k]["median"]
+            L.append(f"{head} `{k}` | {_fmt_t(r['cpu_s'][k])} | {r['reference_draws_share'][k]:.0%} / "
+                     f"{r['reference_streams_share'][k]:.0%} | {ratio['median']:.2f}× "
+                     f"({ratio['min']:.2f}–{ratio['max']:.2f}) | {strict:.2f}× | {ok} |")
+    b64 = res["modes"]["b64"]
+    L += ["", f"Batch 64: {b64['all_steps_per_cpu_s']:,.0f} steps (speculative + baseline) per CPU-second of "
+          f"`run` — the measure of the issue's 93k and of the previous benchmark's end-to-end row — goal ≥ "
+          f"{GOAL_STEPS:,}: **{'met' if b64['all_steps_per_cpu_s'] >= GOAL_STEPS else 'not met'}** "
+          f"({b64['steps_per_cpu_s']:,.0f} counting the speculative steps alone). Absolute rates depend on the "
+          "host's state (the same code ran ~2.5× slower here than when the previous benchmark was recorded); the "
+          "ratios, engine and reference timed back to back, are the stable figures.",
+          f"`simulate`'s default engine at batch 1 (no `engine` given): **{res['default_engine_batch1']}**.", "",
+          "References: `batch1` — vectorized draws (one flat buffer of every request's uniforms from "
+          "`default_rng((seed, 2, i))`, one leading-accept count, one cumsum) and step sums from a per-context "
+          "step-time table; `loop` — the same draws, then one plain-Python iteration per engine step (admit under "
+          "the batch cap and KV reservation, look the step up in a (batch, summed context) table, advance the "
+          "clock, release finished requests); `closed_vectorized` — the closed loop in iteration space (a heap of "
+          "client free-at iterations, per-iteration batch and context by `bincount`, the clock by `cumsum`): what "
+          "a batch-B fast kernel could reach, not the goal's yardstick. The references open each request's stream "
+         "with numpy's `default_rng` (tens of µs each here), which specsim's `rng.StreamFamily` does ~8× cheaper; "
+         "'ratio vs ref less stream opening' is the stricter figure against the reference without that cost.", ""]
+    for key, title in (("b64", "batch 64 (SimPy, 'ahead' kernel)"), ("b1_simpy", "batch 1, SimPy"),
+                       ("b1_fast", "batch 1, fast path"), ("trace64", "batch 64 with a β trace (SimPy 'live' kernel)")):
+        p = res["profile"][key]
+        L += [f"## Where the time goes: {title}", "",
+              f"cProfile of one `run` ({p['total_s']:.3f} s profiled; the profiler inflates call-heavy Python "
+              "code, so read shares, not seconds). Own time by source file:", "",
+              "| file | own s | share |", "|---|---:|---:|"]
+        L += [f"| `{f['file']}` | {f['own_s']:.3f} | {f['share']:.0%} |" for f in p["by_file"]]
+        L += ["", "Top functions by own time:", "", "| function | calls | own s | own share | cumulative share |",
+              "|---|---:|---:|---:|---:|"]
+        L += [f"| `{e['function']}` | {e['calls']:,} | {e['own_s']:.4f} | {e['own_share']:.1%} | "
+              f"{e['cum_share']:.1%} |" for e in p["by_own"]]
+        L += ["", "specsim functions by cumulative time:", "", "| function | calls | cumulative s | share |",
+              "|---|---:|---:|---:|"]
+        L += [f"| `{e['function']}` | {e['calls']:,} | {e['cum_s']:.4f} | {e['cum_share']:.1%} |"
+              for e in p["by_cum"]]
+        L.append("")
+    return "\n".join(L)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--before", type=Path, default=None, help="JSON of this script run on earlier code")
+    ap.add_argument("--quick", action="store_true", help="1/8 of the requests, 3 rounds (a smoke run)")
+    ap.add_argument("--repeat", type=int, default=None, help="timed rounds per mode (default 7; --quick 3)")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default experiments/results)")
     args = ap.parse_args()
-    res = bench(args.repeat)
-    before = json.loads(args.before.read_text()) if args.before else None
-    if before:
-        res["before"] = {k: before[k] for k in ("batch1", "batch64", "batch64_out128", "machine") if k in before}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_engine.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    md = markdown(res, before)
-    (RESULTS / "bench_engine.md").write_text(md + "\n")
+    repeat = args.repeat or (3 if args.quick else 7)
+    res = bench(args.quick, repeat)
+    md = markdown(res)
     print(md)
-    print(f"wrote {RESULTS / 'bench_engine.json'}, {RESULTS / 'bench_engine.md'}")
+    out = args.out or (None if args.quick else RESULTS)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_engine.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        (out / "bench_engine.md").write_text(md + "\n")
+        print(f"wrote {out / 'bench_engine.json'}, {out / 'bench_engine.md'}")
     return 0
 
 

@@ -44,9 +44,9 @@ def theory_point(cfg) -> dict:
     """eq. (5) with c fixed per draft: the cheapest meaningful point function (machinery-only benchmark)."""
     from specsim import theory
 
-    c = {"llama-3.2-1b": 0.17, "llama-3.2-3b": 0.43}[cfg.draft]
-    return {"speedup": theory.speedup(cfg.alpha, cfg.gamma, c), "c": c,
-            "tokens_per_target_run": theory.expected_tokens(cfg.alpha, cfg.gamma)}
+    c = {"llama-3.2-1b": 0.17, "llama-3.2-3b": 0.43}[cfg.deployment.draft]
+    return {"speedup": theory.speedup(cfg.acceptance.alpha, cfg.speculation.gamma, c), "c": c,
+            "tokens_per_target_run": theory.expected_tokens(cfg.acceptance.alpha, cfg.speculation.gamma)}
 
 
 def stack_setting() -> str | None:

@@ -300,7 +300,7 @@ def analyze(out: Path) -> dict:
     points = _points(rows)
     c = td_raw.time_at(1) / tt.time_at(1)
     alpha = trace.alpha
-    eq5 = float(theory.expected_tokens(alpha, K) / (K * c + 1))
+    eq5 = float(theory.speedup(alpha, K, c))
     res = {"alpha_trace": alpha, "c": c, "speedup_eq5": eq5, "points": points, "rows": rows,
            "overhead_s_at_knots": dict(zip(td.tokens.tolist(), overhead.tolist())),
            "trace_sequences": len(seqs), "kv_blocks": {"plain": b_plain, "draft": b_spec}}

@@ -1,10 +1,23 @@
-"""SimConfig: the one typed description of a simulation point (CLI, sweeps and the API all build it)."""
+"""SimConfig: the one typed description of a simulation point (CLI, sweeps and the API all build it).
+
+A SimConfig is six groups — deployment, acceptance, speculation, workload, slo, engine — each a frozen pydantic
+model. Sweep specs, the sweep's results table and the `simulate` command speak *flat* field names (`gamma`,
+`batch`, `alpha`); the one mapping between the two is `FLAT` (flat name -> group, in the historic column order),
+used by `SimConfig.from_flat` / `SimConfig.flat`. `SimConfig(**flat)` goes through `from_flat` too (a
+`mode="before"` validator), so every caller builds a config the same way. `CLI_ALIASES` is the one table of
+`simulate` flags whose names differ from their field; `flag(field)` gives any field's flag, and the cross-field
+rules below (`RuleViolation`) name their fields so each surface renders them in its own words (`--arrivals` on
+the command line, `arrivals_csv` in a sweep spec).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.fields import FieldInfo
+
+from specsim.engine.acceptance import GAMMA_CAP  # the one γ cap (numpy only; nothing there imports config)
 
 Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
 LengthDist = Literal["fixed", "uniform"]
@@ -12,27 +25,19 @@ Engine = Literal["simpy", "fast", "auto"]
 EngineProfile = Literal["specsim", "hf-assisted", "vllm-v1"]
 
 
-class SimConfig(BaseModel):
+class _Group(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeploymentConfig(_Group):
+    """What runs where, and how its passes are priced (resolved by `specsim.profiles.deployment.Deployment`)."""
 
     hardware: str = Field(description="hardware profile name or TOML path")
     target: str = Field(description="target model profile name or TOML path")
     draft: str = Field(description="draft model profile name or TOML path")
-    stack: str | None = Field(default=None, description="stack profile; None = the hardware's default_stack, "
-                                                      "'ideal' = idealized roofline")
+    stack: str | None = Field(default=None, description="software-stack profile; None = the hardware's "
+                              "default_stack, 'ideal' = idealized roofline")
     tp: int = Field(default=1, ge=1, le=1024, description="tensor-parallel degree of the target (draft shares it)")
-
-    # acceptance: exactly one of alpha / trace
-    alpha: float | None = Field(default=None, ge=0, lt=1)
-    trace: str | None = Field(default=None, description="β trace file (parquet or CSV)")
-
-    # speculation
-    gamma: int = Field(default=4, ge=1, le=64, description="draft length (initial value for adaptive policies)")
-    policy: Policy = "fixed"
-    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
-        default=None, description="policy 'bands': γ by live batch size, vLLM's shape [[start, end, γ], ...] "
-        "(inclusive batch-size ranges, ascending, not overlapping; None = the bands choose-draft advises)")
-    lenience: float = Field(default=1.0, gt=0, le=1, description="App. A.5 lenience l; 1 = exact")
     fixed_c: float | None = Field(default=None, ge=0, lt=10,
                                   description="override the cost model: target pass = 1 unit whatever its "
                                               "positions (free verification), draft pass = c units")
@@ -47,28 +52,52 @@ class SimConfig(BaseModel):
     measured_draft: str | None = Field(default=None, description="measured cost mode for the draft: CSV of "
                                        "measured pass times, same format as measured_target; None = the roofline")
 
-    # workload
+
+class AcceptanceConfig(_Group):
+    """Where acceptance comes from: exactly one of alpha / trace."""
+
+    alpha: float | None = Field(default=None, ge=0, lt=1, description="i.i.d. acceptance rate α in [0, 1)")
+    trace: str | None = Field(default=None, description="β trace file (parquet or CSV)")
+    lenience: float = Field(default=1.0, gt=0, le=1, description="App. A.5 lenience l; 1 = exact")
+
+
+class SpeculationConfig(_Group):
+    gamma: int = Field(default=4, ge=1, le=GAMMA_CAP,
+                       description="draft length γ (initial value for adaptive policies)")
+    policy: Policy = Field(default="fixed", description="γ policy: fixed | optimal | heuristic | oracle | bands")
+    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
+        default=None, description="policy 'bands': γ by live batch size, vLLM's shape [[start, end, γ], ...] "
+        "(inclusive batch-size ranges, ascending, not overlapping; None = the bands choose-draft advises)")
+
+
+class WorkloadConfig(_Group):
     batch: int = Field(default=1, ge=1, le=4096, description="closed loop: concurrent requests (max batch)")
     rate: float | None = Field(default=None, gt=0, le=1e6, description="Poisson arrivals per second (open loop)")
     max_batch: int | None = Field(default=None, ge=1, le=4096, description="batch cap under open-loop arrivals")
-    arrivals_csv: str | None = Field(default=None, description="replay arrivals: arrival_s,prompt_len,output_len")
-    requests: int = Field(default=64, ge=1, le=10_000_000)
-    prompt_len: int = Field(default=128, ge=1, le=10_000_000)
-    output_len: int = Field(default=128, ge=1, le=10_000_000)
-    seed: int = Field(default=0, ge=0)
+    arrivals_csv: str | None = Field(default=None, description="replay arrivals: CSV arrival_s,prompt_len,output_len")
+    requests: int = Field(default=64, ge=1, le=10_000_000, description="number of requests")
+    prompt_len: int = Field(default=128, ge=1, le=10_000_000, description="prompt tokens per request")
+    output_len: int = Field(default=128, ge=1, le=10_000_000, description="output tokens per request")
+    seed: int = Field(default=0, ge=0, description="random seed (arrivals, lengths, acceptance draws)")
     length_dist: LengthDist = Field(default="fixed", description="prompt/output lengths: 'fixed' = exactly "
                                     "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L)")
     replicas: int = Field(default=1, ge=1, le=1024, description="engine replicas sharing one arrival queue; "
                           "each holds its own weights and KV (batch / max_batch are per replica)")
 
-    # service-level objective for goodput (requests/s finishing within both)
-    slo_ttft_s: float = Field(default=1.0, gt=0, le=1e6, description="TTFT objective for goodput")
-    slo_tpot_s: float = Field(default=0.05, gt=0, le=1e6, description="TPOT objective for goodput")
+
+class SloConfig(_Group):
+    """Service-level objective for goodput (requests/s finishing within both)."""
+
+    slo_ttft_s: float = Field(default=1.0, gt=0, le=1e6, description="TTFT objective for goodput, s")
+    slo_tpot_s: float = Field(default=0.05, gt=0, le=1e6, description="TPOT objective for goodput, s")
+
+
+class EngineConfig(_Group):
+    """Which kernel runs the loop, and the engine profile: how a serving engine schedules a step
+    (specsim.engine.engine_profiles); the vllm-v1 options carry vLLM's own flag names."""
 
     engine: Engine = Field(default="simpy", description="'simpy' = the discrete-event engine of record; 'fast' = "
                            "the vectorized batch-1 path (closed loop, batch 1 only); 'auto' = fast when eligible")
-
-    # engine profile: how a serving engine schedules a step (specsim.engine.engine_profiles); vLLM's flag names
     engine_profile: EngineProfile = Field(default="specsim", description="'specsim' = specsim's own engine: one "
                                           "draft-then-verify iteration over the batch, prefill stalling it; "
                                           "'hf-assisted' = Hugging Face assisted generation at batch 1 (prefill "
@@ -91,39 +120,150 @@ class SimConfig(BaseModel):
     step_table_draft: str | None = Field(default=None, description="vllm-v1: the draft's step table, as "
                                          "step_table_target")
 
+
+GROUPS: dict[str, type[_Group]] = {"deployment": DeploymentConfig, "acceptance": AcceptanceConfig,
+                                   "speculation": SpeculationConfig, "workload": WorkloadConfig, "slo": SloConfig,
+                                   "engine": EngineConfig}
+
+# The flat <-> nested mapping: flat field name -> group, in the order of the sweep table's columns (the order the
+# fields had before they were grouped; the results table and sweep ids keep it).
+FLAT: dict[str, str] = {name: g for name, g in (
+    ("hardware", "deployment"), ("target", "deployment"), ("draft", "deployment"), ("stack", "deployment"),
+    ("tp", "deployment"), ("alpha", "acceptance"), ("trace", "acceptance"), ("gamma", "speculation"),
+    ("policy", "speculation"), ("num_speculative_tokens_per_batch_size", "speculation"), ("lenience", "acceptance"),
+    ("fixed_c", "deployment"), ("measured_target", "deployment"), ("draft_catchup", "deployment"),
+    ("measured_draft", "deployment"), ("batch", "workload"), ("rate", "workload"), ("max_batch", "workload"),
+    ("arrivals_csv", "workload"), ("requests", "workload"), ("prompt_len", "workload"), ("output_len", "workload"),
+    ("seed", "workload"), ("length_dist", "workload"), ("replicas", "workload"), ("slo_ttft_s", "slo"),
+    ("slo_tpot_s", "slo"), ("engine", "engine"), ("engine_profile", "engine"), ("max_num_seqs", "engine"),
+    ("max_num_batched_tokens", "engine"), ("block_size", "engine"), ("num_gpu_blocks", "engine"),
+    ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"))}
+assert sorted(FLAT) == sorted(f for g in GROUPS.values() for f in g.model_fields), "FLAT must list every field once"
+assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a field outside its group"
+FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
+
+# `simulate` flags whose names differ from their field (every other field's flag is --field-name)
+CLI_ALIASES: dict[str, str] = {"arrivals_csv": "--arrivals", "slo_ttft_s": "--slo-ttft", "slo_tpot_s": "--slo-tpot"}
+
+
+def flag(field: str) -> str:
+    """The `simulate` option of a flat field."""
+    return CLI_ALIASES.get(field) or "--" + field.replace("_", "-")
+
+
+def field_of_loc(loc: tuple) -> str | None:
+    """The flat field a pydantic error location points at: ('workload', 'batch') -> 'batch'; () -> None."""
+    if len(loc) >= 2 and loc[0] in GROUPS:
+        return str(loc[1])
+    return str(loc[0]) if loc else None
+
+
+class RuleViolation(ValueError):
+    """A cross-field rule broken; `fields` are the flat fields it names, `{0}`, `{1}`... in `template`, so each
+    surface names them its own way (pydantic keeps the instance in ctx['error'])."""
+
+    def __init__(self, template: str, *fields: str):
+        self.template, self.fields = template, fields
+        super().__init__(template.format(*fields))
+
+    def render(self, name=flag) -> str:
+        return self.template.format(*map(name, self.fields))
+
+
+class SimConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployment: DeploymentConfig
+    acceptance: AcceptanceConfig = Field(default_factory=AcceptanceConfig)
+    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    slo: SloConfig = Field(default_factory=SloConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    # --- the flat <-> nested mapping -----------------------------------------------------------------------
+    @classmethod
+    def from_flat(cls, flat: dict[str, Any]) -> "SimConfig":
+        """Build from flat field names (a sweep point, the CLI's options, keyword arguments)."""
+        return cls.model_validate(flat)
+
+    def flat(self, mode: str = "python", exclude_unset: bool = False) -> dict[str, Any]:
+        """Every field by its flat name, in FLAT's order (`mode="json"`: JSON-able values, tuples as lists)."""
+        d: dict[str, Any] = {}
+        for g in GROUPS:
+            d.update(getattr(self, g).model_dump(mode=mode, exclude_unset=exclude_unset))
+        return {f: d[f] for f in FLAT if f in d}
+
+    def get(self, field: str) -> Any:
+        """One field by its flat name."""
+        return getattr(getattr(self, FLAT[field]), field)
+
+    def replace(self, **changes) -> "SimConfig":
+        """A copy with some flat fields changed (validated again; the fields set stay those set)."""
+        return SimConfig.from_flat({**self.flat(exclude_unset=True), **changes})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """Flat keys go into their groups (a key that is neither stays, for pydantic to refuse by name)."""
+        if not isinstance(data, dict) or all(k in GROUPS and not isinstance(v, str) for k, v in data.items()):
+            return data  # already nested (`engine` is a group and a field: a string is the field)
+        out: dict[str, Any] = {g: {} for g in GROUPS}
+        for k, v in data.items():
+            g = FLAT.get(k) if k not in GROUPS or isinstance(v, str) else None
+            if g is not None:
+                out[g][k] = v
+            elif k in GROUPS:
+                if isinstance(v, BaseModel):
+                    v = v.model_dump(exclude_unset=True)
+                if not isinstance(v, dict):
+                    raise ValueError(f"group {k!r} must be a dict of its fields")
+                both = sorted(set(v) & set(out[k]))
+                if both:
+                    raise ValueError(f"{both[0]} given twice (flat and in group {k!r})")
+                out[k].update(v)
+            else:
+                out[k] = v
+        return out
+
+    # --- cross-field rules (each names its fields: see RuleViolation) ---------------------------------------
     @model_validator(mode="after")
-    def _one_acceptance_source(self) -> "SimConfig":
-        if (self.alpha is None) == (self.trace is None):
-            raise ValueError("give exactly one of alpha and trace")
-        if self.rate is not None and self.arrivals_csv is not None:
-            raise ValueError("give at most one of rate and arrivals_csv")
-        if self.fixed_c is not None and (self.measured_target is not None or self.measured_draft is not None):
-            raise ValueError("give at most one of fixed_c and measured_target / measured_draft")
-        bands = self.num_speculative_tokens_per_batch_size
+    def _rules(self) -> "SimConfig":
+        a, d, w, e = self.acceptance, self.deployment, self.workload, self.engine
+        if (a.alpha is None) == (a.trace is None):
+            raise RuleViolation("give exactly one of {0} and {1}", "alpha", "trace")
+        if w.rate is not None and w.arrivals_csv is not None:
+            raise RuleViolation("give at most one of {0} and {1}", "rate", "arrivals_csv")
+        if d.fixed_c is not None and (d.measured_target is not None or d.measured_draft is not None):
+            raise RuleViolation("give at most one of {0} and {1} / {2}", "fixed_c", "measured_target",
+                                "measured_draft")
+        bands = self.speculation.num_speculative_tokens_per_batch_size
         if bands is not None:
-            if self.policy != "bands":
-                raise ValueError("num_speculative_tokens_per_batch_size belongs to policy 'bands'")
+            if self.speculation.policy != "bands":
+                raise RuleViolation("{0} belongs to {1} 'bands'", "num_speculative_tokens_per_batch_size", "policy")
             _check_bands(bands)
         vllm_only = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "step_table_target",
                      "step_table_draft")
-        if self.engine_profile != "vllm-v1":
-            given = [k for k in vllm_only if getattr(self, k) is not None] + \
-                (["long_prefill_token_threshold"] if self.long_prefill_token_threshold else [])
+        if e.engine_profile != "vllm-v1":
+            given = [k for k in vllm_only if getattr(e, k) is not None] + \
+                (["long_prefill_token_threshold"] if e.long_prefill_token_threshold else [])
             if given:
-                raise ValueError(f"--{given[0].replace('_', '-')} belongs to --engine-profile vllm-v1")
+                raise RuleViolation("{0} belongs to {1} vllm-v1", given[0], "engine_profile")
         return self
 
 
 def _check_bands(bands) -> None:
-    """vLLM-style γ bands: each [start, end, γ] with 1 <= start <= end and 1 <= γ <= 64, ascending, disjoint."""
+    """vLLM-style γ bands: each [start, end, γ] with 1 <= start <= end and 1 <= γ <= GAMMA_CAP, ascending and
+    disjoint."""
+    field = "num_speculative_tokens_per_batch_size"
     if not bands:
-        raise ValueError("num_speculative_tokens_per_batch_size is empty; give at least one [start, end, γ]")
+        raise RuleViolation("{0} is empty; give at least one [start, end, γ]", field)
     prev_end = 0
     for start, end, gamma in bands:
+        band = f"band [{start}, {end}, {gamma}]"
         if not 1 <= start <= end:
-            raise ValueError(f"band [{start}, {end}, {gamma}]: need 1 <= start <= end")
-        if not 1 <= gamma <= 64:
-            raise ValueError(f"band [{start}, {end}, {gamma}]: γ must be in 1..64")
+            raise RuleViolation(f"{{0}}: {band}: need 1 <= start <= end", field)
+        if not 1 <= gamma <= GAMMA_CAP:
+            raise RuleViolation(f"{{0}}: {band}: γ must be in 1..{GAMMA_CAP}", field)
         if start <= prev_end:
-            raise ValueError(f"band [{start}, {end}, {gamma}] overlaps or precedes the band before it")
+            raise RuleViolation(f"{{0}}: {band} overlaps or precedes the band before it", field)
         prev_end = end

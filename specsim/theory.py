@@ -5,8 +5,13 @@ formulas, and the experiments print them next to simulated numbers. Functions ac
 numpy arrays (broadcast together) and return a float / bool / int for all-scalar input, an ndarray
 otherwise. Bad input raises `ConfigError` naming the field ('alpha', 'gamma', 'c', 'c_hat', 'gamma_max').
 
+α = 1 (every draft accepted, e.g. a trace whose β are all 1) is allowed wherever eq. (1) is finite: eq. (1) is
+then its limit γ + 1 exactly, and everything built on it (eq. 5, Thm 3.11, the distribution, vLLM's rates)
+follows. Only the oracle forms, 1/(1 − α), refuse it (they are infinite there).
+
 Numerics: eq. (1) is evaluated as -expm1((γ+1)·ln α) / (1 − α), which keeps full relative precision as
-α → 1 (the textbook form loses digits to cancellation there) and is exactly 1 at α = 0.
+α → 1 (the textbook form loses digits to cancellation there), so the α = 1 limit joins continuously; it is
+exactly 1 at α = 0. This is the one implementation of eq. (1): other modules call `expected_tokens`.
 """
 
 from __future__ import annotations
@@ -55,12 +60,14 @@ def _as_float(x, field: str, allowed: str) -> np.ndarray:
     return arr
 
 
-def _alpha(alpha) -> np.ndarray:
-    a = _as_float(alpha, "alpha", "[0, 1)")
-    bad = ~((a >= 0) & (a < 1))  # NaN fails both comparisons
+def _alpha(alpha, closed: bool = True) -> np.ndarray:
+    """α as an array: in [0, 1] (closed, eq. 1 and what builds on it) or [0, 1) (the oracle's 1/(1 − α))."""
+    allowed = "[0, 1]" if closed else "[0, 1)"
+    a = _as_float(alpha, "alpha", allowed)
+    bad = ~((a >= 0) & ((a <= 1) if closed else (a < 1)))  # NaN fails every comparison
     if np.any(bad):
         raise ConfigError("acceptance rate out of range", field="alpha", value=_first_bad(alpha, a, bad),
-                          allowed="[0, 1)")
+                          allowed=allowed)
     return a
 
 
@@ -92,9 +99,11 @@ def _ret(x, *inputs):
 # --- unchecked kernels (inputs already validated arrays) ------------------------------------------
 
 def _tokens(a: np.ndarray, g: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore"):
+    """Eq. (1); γ + 1 exactly at α = 1 (where the quotient is 0/0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
         log_a = np.log(a)  # -inf at α = 0, then expm1(-inf) = -1 and the result is exactly 1
-    return -np.expm1((g + 1) * log_a) / (1.0 - a)
+        t = -np.expm1((g + 1) * log_a) / (1.0 - a)
+    return np.where(a == 1.0, g + 1.0, t)
 
 
 def _speedup(a, g, c):
@@ -104,7 +113,8 @@ def _speedup(a, g, c):
 # --- eq. (1) and Thm 3.8 / 3.11 ----------------------------------------------------------------------
 
 def expected_tokens(alpha, gamma):
-    """Eq. (1): expected tokens per target run, (1 − α^(γ+1)) / (1 − α). Also τ, vLLM's mean acceptance length."""
+    """Eq. (1): expected tokens per target run, (1 − α^(γ+1)) / (1 − α), and γ + 1 at α = 1. Also τ, vLLM's mean
+    acceptance length."""
     a, g = _alpha(alpha), _int_ge1(gamma, "gamma")
     return _ret(_tokens(a, g), alpha, gamma)
 
@@ -164,7 +174,7 @@ def optimal_gamma(alpha, c, gamma_max: int = 64):
 
 def oracle_expected_tokens(alpha):
     """Tokens per target run if γ were chosen each step as the number of drafts about to be accepted: 1/(1 − α)."""
-    a = _alpha(alpha)
+    a = _alpha(alpha, closed=False)
     return _ret(1.0 / (1.0 - a), alpha)
 
 
@@ -176,7 +186,7 @@ def oracle_speedup(alpha, c):
     N + 1 tokens; no draft is spent on the token that would have been rejected. By renewal-reward the speedup
     is E[N + 1] / E[1 + cN] = (1/(1 − α)) / (1 + cα/(1 − α)). It bounds every fixed γ only for c ≤ 1: with
     c > 1 drafting E[N] = α/(1 − α) tokens per step can cost more than a short fixed draft."""
-    a, cc = _alpha(alpha), _nonneg(c, "c")
+    a, cc = _alpha(alpha, closed=False), _nonneg(c, "c")
     return _ret(1.0 / (1.0 - a + a * cc), alpha, c)
 
 
@@ -195,7 +205,8 @@ def system_efficiency(alpha, gamma):
 
 
 def expected_tokens_distribution(alpha, gamma: int) -> np.ndarray:
-    """P(k tokens from one target run), k = 1 … γ+1: α^(k−1)(1 − α) for k ≤ γ, α^γ for the clean sweep.
+    """P(k tokens from one target run), k = 1 … γ+1: α^(k−1)(1 − α) for k ≤ γ, α^γ for the clean sweep (at α = 1:
+    all mass on γ + 1).
 
     γ must be a scalar (it sets the length); α may be an array, giving shape alpha.shape + (γ+1,)."""
     a = _alpha(alpha)

@@ -18,13 +18,13 @@ import pytest
 from specsim import profiles as prof
 from specsim.cost.calibrate import (
     PassPoint,
-    RowAwareCostModel,
     error_stats,
     fit_stack,
     predict_times,
     roofline_terms,
     write_stack_toml,
 )
+from specsim.cost.roofline import CostModel
 from specsim.errors import ConfigError
 from specsim.profiles import StackProfile, load_stack
 
@@ -211,10 +211,11 @@ def test_row_aware_cost_model_is_the_fitted_model():
     fit = fit_stack(pts, hw, multi_row=True)
     for p, want in zip(pts, fit.predicted_s):
         cm = fit.cost_model(p.model, hw)
-        assert isinstance(cm, RowAwareCostModel)
+        assert type(cm) is CostModel  # the plain roofline: the fitted stack carries the multi-row fraction
+        assert cm.stack.multi_row_bandwidth_fraction == fit.multi_row_bandwidth_fraction
         assert cm.pass_time_s(p.batch, p.positions, p.context) == pytest.approx(want, rel=1e-12)
     plain = fit_stack(pts, hw).cost_model(pts[0].model, hw)
-    assert type(plain) is not RowAwareCostModel
+    assert plain.stack.multi_row_bandwidth_fraction is None
 
 
 def test_toml_with_a_multi_row_fraction_still_loads(tmp_path):

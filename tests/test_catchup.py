@@ -41,9 +41,9 @@ def _cfg(cpu, **kw):
 def test_off_by_default_and_on_costs_exactly_the_wider_pass(cpu):
     from specsim.simulate import _costs
     cfg = _cfg(cpu, alpha=0.8, gamma=3)
-    assert cfg.draft_catchup is False
+    assert cfg.deployment.draft_catchup is False
     off = simulate(cfg)
-    on = simulate(cfg.model_copy(update={"draft_catchup": True}))
+    on = simulate(cfg.replace(**{"draft_catchup": True}))
     np.testing.assert_array_equal(off.spec.rs_accepted, on.spec.rs_accepted)  # acceptance does not move
     np.testing.assert_array_equal(off.baseline.step_dur_s, on.baseline.step_dur_s)
     costs, *_ = _costs(on.cfg)
@@ -74,7 +74,7 @@ def test_off_by_default_and_on_costs_exactly_the_wider_pass(cpu):
 def test_fast_path_and_engine_agree_with_catchup(cpu, kw):
     cfg = _cfg(cpu, draft_catchup=True, **kw)
     eng = simulate(cfg)
-    fast = simulate(cfg.model_copy(update={"engine": "fast"}))
+    fast = simulate(cfg.replace(**{"engine": "fast"}))
     np.testing.assert_array_equal(eng.spec.rs_accepted, fast.spec.rs_accepted)
     np.testing.assert_allclose(eng.spec.step_dur_s, fast.spec.step_dur_s, rtol=1e-12)
     assert fast.summary["speedup"] == pytest.approx(eng.summary["speedup"], rel=1e-12)
@@ -91,12 +91,12 @@ def test_the_two_step_kernels_agree_with_catchup(cpu, kw):
     cfg = _cfg(cpu, alpha=0.8, gamma=3, draft_catchup=True, requests=24, **kw)
     wl, acc = build_workload(cfg), Acceptance.from_config(cfg)
     costs, *_ = _costs(cfg)
-    a = run_engine(wl, costs, acc, FixedPolicy(3), None, cfg.replicas, kernel="ahead")
-    b = run_engine(wl, costs, acc, FixedPolicy(3), None, cfg.replicas, kernel="live")
+    a = run_engine(wl, costs, acc, FixedPolicy(3), None, cfg.workload.replicas, kernel="ahead")
+    b = run_engine(wl, costs, acc, FixedPolicy(3), None, cfg.workload.replicas, kernel="live")
     for f in a.__dataclass_fields__:
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{kw} {f}")
-    off = run_engine(wl, _costs(cfg.model_copy(update={"draft_catchup": False}))[0], acc, FixedPolicy(3), None,
-                     cfg.replicas)
+    off = run_engine(wl, _costs(cfg.replace(**{"draft_catchup": False}))[0], acc, FixedPolicy(3), None,
+                     cfg.workload.replicas)
     assert a.step_dur_s.sum() > off.step_dur_s.sum()  # batched steps pay for the catching-up rows too
 
 
@@ -107,6 +107,6 @@ def test_sweep_point_ids_do_not_move_for_configs_without_catchup():
     from specsim.sweep.spec import canonical_json, point_id
     cfg = make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.7)
     assert "draft_catchup" not in json.loads(canonical_json(cfg))
-    on = cfg.model_copy(update={"draft_catchup": True})
+    on = cfg.replace(**{"draft_catchup": True})
     assert json.loads(canonical_json(on))["draft_catchup"] is True and point_id(on) != point_id(cfg)
     assert point_id(cfg) == point_id(make_config(**json.loads(canonical_json(cfg))))

@@ -7,7 +7,6 @@ import pytest
 
 from specsim import theory
 from specsim.studies.choose import bands, choose_draft, parse_draft
-from specsim.cli import main
 from specsim.errors import ConfigError
 
 T5 = ("t5-v1_1-small", "t5-v1_1-base", "t5-v1_1-large")
@@ -87,10 +86,7 @@ def test_t5_large_is_last_everywhere(t5_results):
     assert all(r["ranking"][-1] == "t5-v1_1-large" for r in t5_results.values())
 
 
-def _cli(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import cli_capsys as _cli  # noqa: E402  (the shared CLI runner)
 
 
 def test_bands_and_break_even_on_h100(capsys):

@@ -16,10 +16,7 @@ memory_capacity_gb = 80.0  # test
 """
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import cli_capsys as run  # noqa: E402  (the shared CLI runner)
 
 
 def run_json(capsys, *args):

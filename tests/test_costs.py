@@ -79,6 +79,23 @@ def test_encoder_decoder_reads_only_the_decoder_and_head_per_step():
     assert xxl.step_params == xxl.n_layers * xxl.decoder_layer_params + xxl.vocab_size * xxl.d_model
 
 
+def test_cross_attention_kv_has_one_definition():
+    """T5's decoder keeps the encoder output's K and V, full heads, in every decoder layer: the pass re-reads
+    them and the KV reservation holds them, both from ModelProfile.cross_kv_bytes_per_token; none for decoders."""
+    from specsim.cost.steptime import Memory
+
+    xxl, hw = prof.model("t5-v1_1-xxl"), prof.hardware("tpu-v4")
+    assert xxl.cross_kv_bytes_per_token == 2 * 24 * 64 * 64 * 2  # K and V, 24 layers, 64 heads of 64, bf16
+    assert prof.model("llama-3.1-8b").cross_kv_bytes_per_token == 0.0
+    for tp in (1, 2):
+        cm = CostModel(xxl, hw, tp=tp)
+        extra = cm.pass_bytes(3, 1, 10, cross_context=512) - cm.pass_bytes(3, 1, 10, cross_context=0)
+        assert extra == pytest.approx(3 * 512 * xxl.cross_kv_bytes_per_token / tp, rel=1e-12)
+        mem = Memory([cm, CostModel(prof.model("t5-v1_1-small"), hw, tp=tp)], 0)
+        assert mem.cross_per_token == (xxl.cross_kv_bytes_per_token
+                                       + prof.model("t5-v1_1-small").cross_kv_bytes_per_token) / tp
+
+
 def test_gqa_shrinks_the_kv_cache():
     m = prof.model("llama-3.1-8b")
     assert m.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 KV heads of 128, bf16

@@ -9,9 +9,7 @@ closed port, a worker process that dies and a Dask cluster that goes away mid-sw
 
 from __future__ import annotations
 
-import contextlib
 import http.server
-import io
 import json
 import os
 import subprocess
@@ -24,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specsim.cli import main
 from specsim.config import SimConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,7 +45,7 @@ plots = false
 
 
 def dying_point(cfg: SimConfig) -> dict:
-    if cfg.gamma == 4:
+    if cfg.speculation.gamma == 4:
         os._exit(1)  # the OOM killer, as a worker process sees it
     return {"speedup": 1.0}
 
@@ -69,11 +66,7 @@ def sweep(tmp_path, monkeypatch):
     return spec, {**os.environ, "SPECSIM_PROFILE_PATH": str(prof), "PYTHONPATH": str(REPO)}
 
 
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
+from conftest import cli_redirect as cli  # noqa: E402  (the shared CLI runner)
 
 
 def run(spec: Path, out: Path, *extra: str) -> dict:

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from specsim.engine.acceptance import LENIENCE_KAPPA, Acceptance, accepted_reference, lenient
-from specsim.cli import main
 from specsim.errors import ConfigError, DoesNotFitError
 from specsim.simulate import make_config, run, simulate
 from specsim.traces.format import Trace
@@ -184,16 +183,15 @@ def test_the_two_step_kernels_are_bit_identical():
     from specsim.engine.simpy_engine import run_engine
     from specsim.engine.policies import FixedPolicy
     from specsim.simulate import _costs
-    from specsim.cost.steptime import Memory
     from specsim.engine.workload import build_workload
 
     for kw in (dict(batch=8), dict(rate=40.0), dict(batch=3, replicas=2), dict(batch=16, length_dist="uniform")):
         cfg = make_config(**HW, stack="ideal", alpha=0.7, gamma=4, requests=40, output_len=64, **kw)
         wl, acc = build_workload(cfg), Acceptance.from_config(cfg)
-        costs, t, d, _, _ = _costs(cfg)
-        mem = Memory([t, d], 5)
-        a = run_engine(wl, costs, acc, FixedPolicy(4), mem, cfg.replicas, kernel="ahead")
-        b = run_engine(wl, costs, acc, FixedPolicy(4), mem, cfg.replicas, kernel="live")
+        costs, dep = _costs(cfg)
+        mem, _ = dep.memory(5)
+        a = run_engine(wl, costs, acc, FixedPolicy(4), mem, cfg.workload.replicas, kernel="ahead")
+        b = run_engine(wl, costs, acc, FixedPolicy(4), mem, cfg.workload.replicas, kernel="live")
         for f in a.__dataclass_fields__:
             np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{kw} {f}")
 
@@ -203,10 +201,7 @@ SIM_ARGS = ["simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "-
             "--stack", "ideal", "--alpha", "0.7", "--requests", "12", "--output-len", "40", "--seed", "11"]
 
 
-def cli(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import cli_capsys as cli  # noqa: E402  (the shared CLI runner)
 
 
 def test_same_seed_gives_byte_identical_json(capsys):
@@ -256,7 +251,7 @@ def test_bad_values_are_one_line_config_errors(capsys):
         code, out, err = cli(capsys, "simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
                              "llama-3.2-1b", "--stack", "ideal", *args)
         assert code == 2 and out == "" and err.count("\n") == 1 and field in err, (args, err)
-    with pytest.raises(ConfigError, match="exactly one of alpha and trace"):
+    with pytest.raises(ConfigError, match="exactly one of --alpha and --trace"):
         make_config(**HW)
     with pytest.raises(ConfigError, match="fast path"):
         run(make_config(**HW, stack="ideal", alpha=0.5, batch=4, engine="fast"))

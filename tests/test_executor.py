@@ -30,14 +30,14 @@ from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
 from specsim.profiles import ModelProfile
 from specsim.traces.format import Trace
 
-from tiny_models import one_thread, tiny_pair as _tiny_pair  # noqa: E402,F401  (tests/ is on sys.path)
+from tiny_models import tiny_pair as _tiny_pair  # noqa: E402  (tests/ is on sys.path)
 
 GREEDY = SamplingConfig(temperature=0.0)
 V = 32
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread(one_thread):  # noqa: F811  (the shared fixture, applied to every test here)
+def _one_thread(one_thread):  # conftest's fixture, applied to every test here
     yield
 
 

@@ -48,7 +48,7 @@ def test_fast_path_gives_the_engines_accepted_counts_and_times(kw, traces):
         kw["trace"] = traces[kw["trace"]]
     cfg = make_config(**HW, requests=7, prompt_len=96, output_len=150, seed=9, **kw)
     eng = simulate(cfg)
-    fast = simulate(cfg.model_copy(update={"engine": "fast"}))
+    fast = simulate(cfg.replace(**{"engine": "fast"}))
     assert eng.summary["engine"] == "simpy" and fast.summary["engine"] == "fast"
     a, b = eng.spec.accepted_by_request(), fast.spec.accepted_by_request()
     assert sum(x.size for x in a) > 100
@@ -70,7 +70,7 @@ def test_fast_path_gives_the_engines_accepted_counts_and_times(kw, traces):
 def test_fast_path_on_an_encoder_decoder_pair():
     cfg = make_config(hardware="tpu-v4", target="t5-v1_1-xxl", draft="t5-v1_1-small", stack="ideal", alpha=0.75,
                       gamma=7, requests=4, prompt_len=80, output_len=100, length_dist="uniform")
-    eng, fast = run(cfg), run(cfg.model_copy(update={"engine": "fast"}))
+    eng, fast = run(cfg), run(cfg.replace(**{"engine": "fast"}))
     for k in ("speedup", "walltime_s", "baseline_walltime_s", "ttft_p50_s", "tpot_p99_s", "mbu_mean"):
         assert fast[k] == pytest.approx(eng[k], rel=1e-9), k
 

@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specsim import profiles as prof
-from specsim.cli import main
 from specsim.errors import ConfigError, _short
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -39,10 +38,7 @@ def _argv(kind: str, path: Path) -> list[str]:
             "--positions", "1,64", "--context", "128"]
 
 
-def _cli(capsys, argv: list[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import cli_capsys as _cli  # noqa: E402  (the shared CLI runner)
 
 
 # --- writing mutated TOML ----------------------------------------------------------------------------------------
@@ -183,7 +179,7 @@ def test_mutated_profile_is_one_json_object_or_one_line(kind, scratch, capsys):
     @given(data=mutations(kind))
     def run(data):
         path = _write(scratch, data)
-        code, out, err = _cli(capsys, _argv(kind, path))
+        code, out, err = _cli(capsys, *_argv(kind, path))
         check_outcome(kind, path, data, code, out, err)
 
     run()
@@ -193,7 +189,7 @@ def test_mutated_profile_is_one_json_object_or_one_line(kind, scratch, capsys):
 def test_the_shipped_profile_itself_succeeds(kind, scratch, capsys):
     data = tomllib.loads(KINDS[kind][0].read_text())
     path = _write(scratch, data)
-    code, out, err = _cli(capsys, _argv(kind, path))
+    code, out, err = _cli(capsys, *_argv(kind, path))
     assert code == 0, err
     check_outcome(kind, path, data, code, out, err)
 
@@ -234,7 +230,7 @@ def _edited(scratch, kind: str, old: str, new: str) -> Path:
 ])
 def test_bad_profile_fields_are_refused_by_name(scratch, capsys, kind, old, new, needles):
     path = _edited(scratch, kind, old, new)
-    code, out, err = _cli(capsys, _argv("model" if kind == "model8b" else kind, path))
+    code, out, err = _cli(capsys, *_argv("model" if kind == "model8b" else kind, path))
     line = _one_line(code, out, err)
     assert str(path) in line, line
     for n in needles:
@@ -251,7 +247,7 @@ def test_bad_profile_fields_are_refused_by_name(scratch, capsys, kind, old, new,
     (["--hardware", "cpu-2core", "--model", "smollm2-135m", "--tp", "3"], ["interconnect"]),
 ])
 def test_impossible_tensor_parallelism_is_refused_with_the_rule(capsys, argv, needles):
-    line = _one_line(*_cli(capsys, ["roofline", "--json", *argv]))
+    line = _one_line(*_cli(capsys, *["roofline", "--json", *argv]))
     for n in needles:
         assert n in line, (n, line)
 
@@ -298,7 +294,7 @@ def test_hf_configs_the_cost_model_cannot_represent_are_refused(scratch, capsys,
     for argv in (["roofline", "--json", "--hardware", "h100-sxm", "--model", str(folder)],
                  ["simulate", "--json", "--hardware", "h100-sxm", "--target", str(folder), "--draft",
                   "llama-3.2-1b", "--alpha", "0.7", "--requests", "4"]):
-        line = _one_line(*_cli(capsys, argv))
+        line = _one_line(*_cli(capsys, *argv))
         assert str(folder / "config.json") in line, line
         for n in needles:
             assert n in line, (n, line)
@@ -308,10 +304,10 @@ def test_a_dense_hf_config_folder_imports_as_target(scratch, capsys):
     folder = scratch / "llama-folder"
     folder.mkdir()
     (folder / "config.json").write_text((FIXTURES / "hf_llama_config.json").read_text())
-    code, out, err = _cli(capsys, ["roofline", "--json", "--hardware", "h100-sxm", "--model", str(folder)])
+    code, out, err = _cli(capsys, *["roofline", "--json", "--hardware", "h100-sxm", "--model", str(folder)])
     assert code == 0, err
     assert json.loads(out)["passes"][0]["bytes"] == pytest.approx(
-        json.loads(_cli(capsys, ["roofline", "--json", "--hardware", "h100-sxm", "--model", "llama-3.2-1b"])[1])
+        json.loads(_cli(capsys, *["roofline", "--json", "--hardware", "h100-sxm", "--model", "llama-3.2-1b"])[1])
         ["passes"][0]["bytes"])
 
 
@@ -326,7 +322,7 @@ def test_an_invalid_config_json_is_one_line(scratch, capsys, text, needles):
     folder.mkdir()
     f = folder / "config.json"
     f.write_bytes(text if isinstance(text, bytes) else text.encode())
-    line = _one_line(*_cli(capsys, ["roofline", "--json", "--hardware", "h100-sxm", "--model", str(folder)]))
+    line = _one_line(*_cli(capsys, *["roofline", "--json", "--hardware", "h100-sxm", "--model", str(folder)]))
     assert str(f) in line
     for n in needles:
         assert n in line, (n, line)
@@ -340,23 +336,23 @@ def test_an_entry_in_the_working_directory_does_not_hijack_a_profile_name(tmp_pa
     (tmp_path / "llama-3.1-8b" / "config.json").write_text((FIXTURES / "hf_llama_config.json").read_text())
     (tmp_path / "h100-sxm.toml").write_text("not = [toml")
     argv = ["roofline", "--json", "--hardware", "h100-sxm", "--model", "llama-3.1-8b"]
-    code, out, err = _cli(capsys, argv)
+    code, out, err = _cli(capsys, *argv)
     assert code == 0, err
     assert json.loads(out)["model"] == "llama-3.1-8b"  # the built-in profile, not the folder's 1B config
     # the same entry given as a path is used
-    code, out, err = _cli(capsys, ["roofline", "--json", "--hardware", "h100-sxm", "--model", "./llama-3.1-8b"])
+    code, out, err = _cli(capsys, *["roofline", "--json", "--hardware", "h100-sxm", "--model", "./llama-3.1-8b"])
     assert code == 0 and json.loads(out)["model"] == "llama-3.1-8b" and json.loads(out)["passes"][0]["bytes"] < 3e9
-    line = _one_line(*_cli(capsys, ["roofline", "--json", "--hardware", "./h100-sxm.toml", "--model", "llama-3.2-1b"]))
+    line = _one_line(*_cli(capsys, *["roofline", "--json", "--hardware", "./h100-sxm.toml", "--model", "llama-3.2-1b"]))
     assert "h100-sxm.toml" in line and "malformed TOML" in line
 
 
 def test_an_unknown_name_says_the_working_directory_is_not_searched(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mygpu.toml").write_text((prof.HARDWARE_DIR / "h100-sxm.toml").read_text())
-    line = _one_line(*_cli(capsys, ["roofline", "--json", "--hardware", "mygpu", "--model", "llama-3.2-1b"]))
+    line = _one_line(*_cli(capsys, *["roofline", "--json", "--hardware", "mygpu", "--model", "llama-3.2-1b"]))
     assert "unknown hardware profile" in line and "./mygpu.toml" in line and "h100-sxm" in line
     monkeypatch.setenv("SPECSIM_PROFILE_PATH", str(tmp_path))  # the search path is where bare names are found
-    code, out, err = _cli(capsys, ["roofline", "--json", "--hardware", "mygpu", "--model", "llama-3.2-1b"])
+    code, out, err = _cli(capsys, *["roofline", "--json", "--hardware", "mygpu", "--model", "llama-3.2-1b"])
     assert code == 0 and json.loads(out)["hardware"] == "h100-sxm", err
 
 
@@ -368,14 +364,14 @@ def test_an_unknown_name_says_the_working_directory_is_not_searched(tmp_path, mo
 ])
 def test_a_bad_hardware_path_is_one_line_naming_it(tmp_path, capsys, make, needles):
     path = make(tmp_path)
-    line = _one_line(*_cli(capsys, ["roofline", "--json", "--hardware", str(path), "--model", "llama-3.2-1b"]))
+    line = _one_line(*_cli(capsys, *["roofline", "--json", "--hardware", str(path), "--model", "llama-3.2-1b"]))
     assert str(path) in line, line
     for n in needles:
         assert n in line, (n, line)
 
 
 def test_a_model_folder_without_config_json_is_one_line(tmp_path, capsys):
-    line = _one_line(*_cli(capsys, ["roofline", "--json", "--hardware", "h100-sxm", "--model", str(tmp_path)]))
+    line = _one_line(*_cli(capsys, *["roofline", "--json", "--hardware", "h100-sxm", "--model", str(tmp_path)]))
     assert str(tmp_path) in line and "config.json" in line
 
 

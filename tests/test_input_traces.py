@@ -10,11 +10,9 @@ files it must refuse. Cells come from a labelled pool: each text with the intege
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import tempfile
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specsim.cli import main
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -45,11 +42,7 @@ TRAPS = ("true", "False", "", "nan", "3.0", '"3"', "1e400", "-1")  # drawn more 
 cell = st.one_of(st.sampled_from(CELLS), st.sampled_from([c for c in CELLS if c[0] in TRAPS]))
 
 
-def run_cli(args: list) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
+from conftest import cli_redirect  # noqa: E402  (the shared CLI runner)
 
 
 def check_outcome(rc: int, out: str, err: str, path: Path, valid: bool, needles=()) -> dict | None:
@@ -138,7 +131,7 @@ def test_mutated_trace_csv_is_read_right_or_refused_in_one_line(data):
     sim = data.draw(st.booleans())
     with tempfile.TemporaryDirectory() as d:
         p = write_csv(Path(d) / "t.csv", ["sequence_id", "position", "beta"], texts(rows))
-        res = check_outcome(*run_cli(trace_cmd(p, sim)), p, alpha is not None)
+        res = check_outcome(*cli_redirect(*trace_cmd(p, sim)), p, alpha is not None)
     if res is not None:
         assert res["alpha_trace_raw" if sim else "alpha"] == pytest.approx(alpha, abs=1e-12)
 
@@ -167,7 +160,7 @@ def test_parquet_column_types_are_strict(data):
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "t.parquet"
         pq.write_table(pa.table(cols), p)
-        res = check_outcome(*run_cli(trace_cmd(p, data.draw(st.booleans()))), p, valid)
+        res = check_outcome(*cli_redirect(*trace_cmd(p, data.draw(st.booleans()))), p, valid)
     if res is not None:
         assert res.get("alpha", res.get("alpha_trace_raw")) == 1.0
 
@@ -232,13 +225,13 @@ def test_hand_picked_bad_traces_are_refused(tmp_path):
               (tmp_path / "absent.parquet", ["no such trace file"])]
     for p, needles in cases:
         for sim in (False, True):
-            check_outcome(*run_cli(trace_cmd(p, sim)), p, False, needles)
+            check_outcome(*cli_redirect(*trace_cmd(p, sim)), p, False, needles)
 
 
 def test_a_csv_with_a_byte_order_mark_and_quoted_numbers_reads(tmp_path):
     p = tmp_path / "bom.csv"
     p.write_bytes(b"\xef\xbb\xbf" + (HEAD + '0,0,"0.25"\n0,1,0.75\n').encode())
-    assert check_outcome(*run_cli(trace_cmd(p, False)), p, True)["alpha"] == 0.5
+    assert check_outcome(*cli_redirect(*trace_cmd(p, False)), p, True)["alpha"] == 0.5
 
 
 # ---- arrivals CSVs --------------------------------------------------------------------------------------------
@@ -274,7 +267,7 @@ def test_mutated_arrivals_csv_is_read_right_or_refused_in_one_line(data):
     ref = ref_arrivals(rows)
     with tempfile.TemporaryDirectory() as d:
         p = write_csv(Path(d) / "a.csv", ["arrival_s", "prompt_len", "output_len"], texts(rows))
-        res = check_outcome(*run_cli(arrivals_cmd(p)), p, ref is not None)
+        res = check_outcome(*cli_redirect(*arrivals_cmd(p)), p, ref is not None)
     if res is not None:
         assert (res["requests"], res["output_tokens"]) == ref
 
@@ -302,18 +295,18 @@ def test_hand_picked_bad_arrivals_are_refused(tmp_path):
     for name, text, needles in BAD_ARRIVALS:
         p = tmp_path / name
         p.write_text(text, encoding="utf-8")
-        check_outcome(*run_cli(arrivals_cmd(p)), p, False, needles)
+        check_outcome(*cli_redirect(*arrivals_cmd(p)), p, False, needles)
     (tmp_path / "bin.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff")
     (tmp_path / "dir.csv").mkdir()
     for p, needle in ((tmp_path / "bin.csv", "UTF-8"), (tmp_path / "dir.csv", "directory"),
                       (tmp_path / "absent.csv", "no such")):
-        check_outcome(*run_cli(arrivals_cmd(p)), p, False, [needle])
+        check_outcome(*cli_redirect(*arrivals_cmd(p)), p, False, [needle])
 
 
 def test_unsorted_arrivals_are_replayed_in_arrival_order(tmp_path):
     p = tmp_path / "u.csv"
     p.write_text(AHEAD + "# a comment line\n0.5,4,3\n0.0,4,2\n0.0,4,1\n", encoding="utf-8")
-    res = check_outcome(*run_cli(arrivals_cmd(p)), p, True)
+    res = check_outcome(*cli_redirect(*arrivals_cmd(p)), p, True)
     assert res["requests"] == 3 and res["output_tokens"] == 6
 
 
@@ -365,7 +358,7 @@ def test_mutated_measured_table_is_read_right_or_refused_in_one_line(data):
     valid = ref_measured(rows)
     with tempfile.TemporaryDirectory() as d:
         p = write_csv(Path(d) / "m.csv", MHEAD, texts(rows))
-        check_outcome(*run_cli(measured_cmd(p)), p, valid)
+        check_outcome(*cli_redirect(*measured_cmd(p)), p, valid)
 
 
 MH = ",".join(MHEAD) + "\n"
@@ -390,9 +383,9 @@ def test_hand_picked_bad_measured_tables_are_refused(tmp_path):
     for name, text, needles in BAD_MEASURED:
         p = tmp_path / name
         p.write_text(text, encoding="utf-8")
-        check_outcome(*run_cli(measured_cmd(p)), p, False, needles)
+        check_outcome(*cli_redirect(*measured_cmd(p)), p, False, needles)
     (tmp_path / "bin.csv").write_bytes(b"\x00\xff\xfe binary")
     (tmp_path / "dir.csv").mkdir()
-    for p, needle in ((tmp_path / "bin.csv", "UTF-8"), (tmp_path / "dir.csv", "measured_target"),
+    for p, needle in ((tmp_path / "bin.csv", "UTF-8"), (tmp_path / "dir.csv", "--measured-target"),
                       (tmp_path / "absent.csv", "not found")):
-        check_outcome(*run_cli(measured_cmd(p)), p, False, [needle])
+        check_outcome(*cli_redirect(*measured_cmd(p)), p, False, [needle])

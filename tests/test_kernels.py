@@ -14,13 +14,13 @@ from specsim.executor.sampling import SamplingConfig  # noqa: E402
 from specsim.executor.sources import HFSource  # noqa: E402
 from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder  # noqa: E402
 
-from tiny_models import one_thread, tiny_pair  # noqa: E402,F401
+from tiny_models import tiny_pair  # noqa: E402
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
 
 @pytest.fixture(autouse=True)
-def _one_thread(one_thread):  # noqa: F811
+def _one_thread(one_thread):  # conftest's fixture, applied to every test here
     yield
 
 

@@ -34,10 +34,10 @@ def test_c_is_derived_from_the_measured_tables(tmp_path):
     # first decode step: batch 1, one position, context = prompt (linear in L, so interpolation is exact)
     want = (0.002 + 3e-6 * prompt) / (0.010 + 1e-6 * prompt + 1e-4 * 1)
     assert r["c"] == pytest.approx(want, rel=1e-12)
-    roof = run(cfg.model_copy(update={"measured_target": None, "measured_draft": None}))
+    roof = run(cfg.replace(**{"measured_target": None, "measured_draft": None}))
     assert abs(roof["c"] - want) > 1e-3  # the roofline gives another c: the tables were really used
     # only one side measured: c mixes the table and the roofline
-    half = run(cfg.model_copy(update={"measured_target": None}))
+    half = run(cfg.replace(**{"measured_target": None}))
     assert half["c"] != pytest.approx(want) and half["c"] != pytest.approx(roof["c"])
 
 
@@ -64,7 +64,7 @@ def test_malformed_table_is_a_config_error_naming_the_file(tmp_path):
     bad.write_text("batch,positions,context,time_s\n1,1,0,oops\n")
     with pytest.raises(ConfigError, match="bad.csv"):
         run(SimConfig(**BASE, alpha=0.5, requests=1, output_len=4, measured_draft=str(bad)))
-    with pytest.raises(ConfigError, match="measured_target"):  # a directory, not a file
+    with pytest.raises(ConfigError, match="--measured-target"):  # a directory, not a file
         run(SimConfig(**BASE, alpha=0.5, requests=1, output_len=4, measured_target=str(tmp_path)))
 
 

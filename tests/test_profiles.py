@@ -3,6 +3,8 @@ architecture as our TOML files, every figure carries its source, and a bad file 
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 
@@ -97,6 +99,18 @@ def test_hf_config_gives_the_toml_profile(fixture, name):
     assert from_hf.total_params == toml.total_params
     assert from_hf.step_params == toml.step_params
     assert from_hf.kv_bytes_per_token == toml.kv_bytes_per_token
+
+
+def test_hf_t5_config_without_tie_key_ties_like_transformers(tmp_path):
+    """T5Config defaults tie_word_embeddings to True (the original T5 shares its embedding and LM head; v1.1 configs
+    say false): a config that omits the key has one vocabulary table fewer."""
+    cfg = json.loads((FIXTURES / "hf_t5_config.json").read_text())
+    untied = ModelProfile.from_hf_config(FIXTURES / "hf_t5_config.json")
+    del cfg["tie_word_embeddings"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    tied = ModelProfile.from_hf_config(tmp_path)
+    assert tied.tied_embeddings and not untied.tied_embeddings
+    assert untied.total_params - tied.total_params == cfg["vocab_size"] * cfg["d_model"]
 
 
 def test_hf_config_errors_name_the_file_and_field(tmp_path):

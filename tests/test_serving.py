@@ -14,14 +14,14 @@ PAIR = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", al
 
 def test_concurrency_one_equals_the_batch_1_path():
     cfg = make_config(**PAIR, requests=6, output_len=90, length_dist="uniform", seed=4)
-    eng, fast = simulate(cfg), simulate(cfg.model_copy(update={"engine": "fast"}))
+    eng, fast = simulate(cfg), simulate(cfg.replace(**{"engine": "fast"}))
     for x, y in zip(eng.spec.accepted_by_request(), fast.spec.accepted_by_request()):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_allclose(eng.spec.step_end_s, fast.spec.step_end_s, rtol=1e-12)
     assert eng.summary["speedup"] == pytest.approx(fast.summary["speedup"], rel=1e-12)
     # open loop, one request at a time (rate far below service rate, max batch 1): each request's service equals
     # its batch-1 service
-    op = simulate(cfg.model_copy(update={"rate": 0.01, "max_batch": 1}))
+    op = simulate(cfg.replace(**{"rate": 0.01, "max_batch": 1}))
     assert op.summary["batch_max"] == 1
     for x, y in zip(op.spec.accepted_by_request(), fast.spec.accepted_by_request()):
         np.testing.assert_array_equal(x, y)

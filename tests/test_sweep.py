@@ -31,13 +31,13 @@ C_OF_DRAFT = {"sweeptest-draft-a": 0.05, "sweeptest-draft-b": 0.15}
 # --- point functions (imported by worker processes) ----------------------------------------------------
 
 def theory_point(cfg: SimConfig) -> dict:
-    a, g = cfg.alpha, cfg.gamma
-    c = C_OF_DRAFT[cfg.draft]
+    a, g = cfg.acceptance.alpha, cfg.speculation.gamma
+    c = C_OF_DRAFT[cfg.deployment.draft]
     tokens = (1 - a ** (g + 1)) / (1 - a)
     eq5 = tokens / (g * c + 1)
-    speedup = eq5 / (1 + 0.004 * cfg.batch * g)  # verification gets dearer as the batch grows
+    speedup = eq5 / (1 + 0.004 * cfg.workload.batch * g)  # verification gets dearer as the batch grows
     return {"speedup": speedup, "speedup_eq5": eq5, "c": c, "alpha": a, "gamma": g,
-            "tokens_per_target_run": np.float64(tokens), "accepted_hist": [1, g, cfg.seed], "note": None}
+            "tokens_per_target_run": np.float64(tokens), "accepted_hist": [1, g, cfg.workload.seed], "note": None}
 
 
 def slow_point(cfg: SimConfig) -> dict:
@@ -51,16 +51,16 @@ def slow_point(cfg: SimConfig) -> dict:
 
 
 def failing_point(cfg: SimConfig) -> dict:
-    if cfg.batch >= 64:
-        raise DoesNotFitError(f"does not fit at batch {cfg.batch}")
+    if cfg.workload.batch >= 64:
+        raise DoesNotFitError(f"does not fit at batch {cfg.workload.batch}")
     return theory_point(cfg)
 
 
 def rate_point(cfg: SimConfig) -> dict:
-    load = cfg.rate / 10.0
-    thr = 100 * cfg.rate
+    load = cfg.workload.rate / 10.0
+    thr = 100 * cfg.workload.rate
     return {"speedup": 1.5 - load, "throughput_tok_s": thr, "baseline_throughput_tok_s": thr,
-            "tpot_p50_s": 0.01 * (1 + load) / cfg.gamma ** 0.5, "e2e_p50_s": 1.0 + load,
+            "tpot_p50_s": 0.01 * (1 + load) / cfg.speculation.gamma ** 0.5, "e2e_p50_s": 1.0 + load,
             "baseline_tpot_p50_s": 0.02 * (1 + load), "baseline_e2e_p50_s": 2.0 * (1 + load)}
 
 
@@ -128,16 +128,16 @@ def read(d: Path):
 def test_grid_is_the_product_in_written_order_last_axis_fastest(tmp_path):
     spec = load_spec(write(tmp_path, GRID), check_point_fn=False)
     assert len(spec) == 2 * 3 * 4 * 2
-    combos = [(p.draft, p.alpha, p.gamma, p.batch, p.seed) for p in spec.points]
+    combos = [tuple(p.get(f) for f in ("draft", "alpha", "gamma", "batch", "seed")) for p in spec.points]
     assert combos[:3] == [("sweeptest-draft-a", 0.6, 1, 1, 0), ("sweeptest-draft-a", 0.6, 1, 1, 1),
                           ("sweeptest-draft-a", 0.6, 1, 8, 0)]
     assert combos[-1] == ("sweeptest-draft-b", 0.8, 4, 128, 1)
-    assert {p.requests for p in spec.points} == {8} and {p.stack for p in spec.points} == {"ideal"}
+    assert {p.workload.requests for p in spec.points} == {8} and {p.deployment.stack for p in spec.points} == {"ideal"}
     # the id is a hash of the point's config alone: same config, same id, whatever the spec around it
     p0 = spec.points[0]
     assert spec.ids[0] == point_id(SimConfig(hardware="sweeptest-gpu", target="sweeptest-target", stack="ideal",
                                              draft="sweeptest-draft-a", alpha=0.6, gamma=1, batch=1, requests=8))
-    assert p0.trace is None and len(set(spec.ids)) == len(spec) and all(len(i) == 16 for i in spec.ids)
+    assert p0.acceptance.trace is None and len(set(spec.ids)) == len(spec) and all(len(i) == 16 for i in spec.ids)
     swapped = GRID.replace("gamma = [1, 2, 4]\nbatch = [1, 8, 32, 128]", "batch = [1, 8, 32, 128]\ngamma = [1, 2, 4]")
     other = load_spec(write(tmp_path, swapped, "swapped.toml"), check_point_fn=False)
     assert set(other.ids) == set(spec.ids) and other.ids != spec.ids
@@ -149,11 +149,11 @@ def test_alpha_axis_and_trace_paths_relative_to_the_spec(tmp_path, monkeypatch):
                         'draft = ["sweeptest-draft-a"]\ntrace = ["beta.csv"]')
     monkeypatch.chdir(REPO)
     spec = load_spec(write(tmp_path, text), check_point_fn=False)
-    assert {p.trace for p in spec.points} == {str(tmp_path / "beta.csv")}
+    assert {p.acceptance.trace for p in spec.points} == {str(tmp_path / "beta.csv")}
     text = GRID.replace('draft = ["sweeptest-draft-a:0.6", "sweeptest-draft-b:0.8"]',
                         'draft = ["sweeptest-draft-a", "sweeptest-draft-b"]\nalpha = [0.5, 0.7]')
     spec = load_spec(write(tmp_path, text, "alpha.toml"), check_point_fn=False)
-    assert len(spec) == 2 * 2 * 3 * 4 * 2 and {p.alpha for p in spec.points} == {0.5, 0.7}
+    assert len(spec) == 2 * 2 * 3 * 4 * 2 and {p.acceptance.alpha for p in spec.points} == {0.5, 0.7}
 
 
 def test_the_example_spec_is_valid(monkeypatch):
@@ -233,8 +233,8 @@ def test_results_one_row_per_point_in_order_and_reruns_reuse_them(tmp_path):
     for i in (0, 17, 47):  # config fields, then the outputs; outputs named like a config field get out_
         p, row = spec.points[i], df.iloc[i]
         want = theory_point(p)
-        assert (row["draft"], row["alpha"], row["gamma"], row["batch"]) == (p.draft, p.alpha, p.gamma, p.batch)
-        assert row["speedup"] == want["speedup"] and row["out_gamma"] == p.gamma and row["c"] == want["c"]
+        assert all(row[f] == p.get(f) for f in ("draft", "alpha", "gamma", "batch"))
+        assert row["speedup"] == want["speedup"] and row["out_gamma"] == p.speculation.gamma and row["c"] == want["c"]
         assert json.loads(row["accepted_hist"]) == want["accepted_hist"]
     assert df["error"].isna().all() and df["note"].isna().all()
     assert (tmp_path / "a" / "spec.toml").read_text() == GRID

@@ -213,6 +213,29 @@ def test_vllm_conversions(alpha, gamma):
     assert th.system_efficiency(alpha, gamma) == pytest.approx(tau / (gamma + 1), rel=1e-12)
 
 
+@pytest.mark.parametrize("gamma", [1, 2, 5, 64])
+def test_eq1_at_alpha_one_is_its_limit(gamma):
+    """Every draft accepted (a trace of β = 1): γ + 1 tokens per run, exactly, for scalars and arrays, and eq. (5)
+    and the distribution follow; the closed form joins it continuously (no jump below α = 1)."""
+    assert th.expected_tokens(1.0, gamma) == gamma + 1.0
+    assert isinstance(th.expected_tokens(1, gamma), float)
+    np.testing.assert_array_equal(th.expected_tokens(np.array([1.0, 0.0]), gamma), [gamma + 1.0, 1.0])
+    np.testing.assert_array_equal(th.expected_tokens(1.0, np.array([1, gamma])), [2.0, gamma + 1.0])
+    assert th.speedup(1.0, gamma, 0.1) == (gamma + 1.0) / (gamma * 0.1 + 1.0)
+    np.testing.assert_array_equal(th.speedup(np.array([1.0]), gamma, 0.0), [gamma + 1.0])
+    assert th.expected_tokens_distribution(1.0, gamma).tolist() == [0.0] * gamma + [1.0]
+    p = th.expected_tokens_distribution(np.array([0.5, 1.0]), gamma)
+    assert p[1].tolist() == [0.0] * gamma + [1.0] and p[0].sum() == pytest.approx(1.0)
+    assert th.draft_acceptance_rate(1.0, gamma) == 1.0 and th.system_efficiency(1.0, gamma) == 1.0
+    for eps in (1e-3, 1e-6, 1e-9, 1e-12):
+        below = th.expected_tokens(1.0 - eps, gamma)
+        assert below < gamma + 1.0
+        # eq. (1) = Σ α^k, so 1 − ε loses about ε·γ(γ+1)/2 tokens: the gap closes linearly in ε
+        assert gamma + 1.0 - below == pytest.approx(eps * gamma * (gamma + 1) / 2, rel=1e-2 + 1e-3 * gamma)
+        np.testing.assert_allclose(th.expected_tokens_distribution(1.0 - eps, gamma),
+                                   th.expected_tokens_distribution(1.0, gamma), atol=2 * gamma * eps)
+
+
 def test_draft_acceptance_rate_is_not_alpha():
     assert th.draft_acceptance_rate(0.8, 4) == pytest.approx(0.5904)
     assert th.draft_acceptance_rate(0.8, 1) == pytest.approx(0.8)  # they agree only at γ = 1
@@ -252,11 +275,12 @@ def test_vectorized_matches_scalar_and_scalar_returns_python_types():
 # --- bad input ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call, field, allowed", [
-    (lambda: th.expected_tokens(1.0, 3), "alpha", "[0, 1)"),
-    (lambda: th.expected_tokens(-0.01, 3), "alpha", "[0, 1)"),
-    (lambda: th.speedup(math.nan, 3, 0.1), "alpha", "[0, 1)"),
-    (lambda: th.speedup(np.array([0.5, 1.2]), 3, 0.1), "alpha", "[0, 1)"),
-    (lambda: th.expected_tokens("high", 3), "alpha", "[0, 1)"),
+    (lambda: th.expected_tokens(1.01, 3), "alpha", "[0, 1]"),
+    (lambda: th.expected_tokens(-0.01, 3), "alpha", "[0, 1]"),
+    (lambda: th.speedup(math.nan, 3, 0.1), "alpha", "[0, 1]"),
+    (lambda: th.speedup(np.array([0.5, 1.2]), 3, 0.1), "alpha", "[0, 1]"),
+    (lambda: th.expected_tokens("high", 3), "alpha", "[0, 1]"),
+    (lambda: th.expected_tokens_distribution(1.5, 3), "alpha", "[0, 1]"),
     (lambda: th.expected_tokens(0.5, 0), "gamma", ">= 1 (integer)"),
     (lambda: th.expected_tokens(0.5, 2.5), "gamma", ">= 1 (integer)"),
     (lambda: th.ops_factor(0.5, -1, 0.0), "gamma", ">= 1 (integer)"),
@@ -266,7 +290,8 @@ def test_vectorized_matches_scalar_and_scalar_returns_python_types():
     (lambda: th.speedup(0.5, 3, math.inf), "c", ">= 0"),
     (lambda: th.ops_factor(0.5, 3, -0.5), "c_hat", ">= 0"),
     (lambda: th.optimal_gamma(0.5, 0.1, gamma_max=0), "gamma_max", ">= 1 (integer)"),
-    (lambda: th.oracle_speedup(1.0, 0.1), "alpha", "[0, 1)"),
+    (lambda: th.oracle_speedup(1.0, 0.1), "alpha", "[0, 1)"),  # the oracle forms are infinite at α = 1
+    (lambda: th.oracle_expected_tokens(1.0), "alpha", "[0, 1)"),
     (lambda: th.draft_acceptance_rate(0.5, 0), "gamma", ">= 1 (integer)"),
 ])
 def test_bad_input_raises_config_error_naming_field(call, field, allowed):

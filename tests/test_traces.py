@@ -10,7 +10,6 @@ import pytest
 
 from specsim.traces import stats as st
 from specsim.traces import synth as ts
-from specsim.cli import main
 from specsim.errors import ConfigError
 from specsim.traces.format import Trace
 
@@ -24,10 +23,7 @@ def bits(a):
     return np.asarray(a, dtype=np.float64).view(np.int64)
 
 
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import cli_capsys as run  # noqa: E402  (the shared CLI runner)
 
 
 def write_text(tmp_path, name, text):
@@ -185,6 +181,16 @@ def test_constant_beta_matches_eq1():
     assert all(np.isnan(s["autocorrelation"]))  # constant β: correlation undefined
     assert s["clustering_index"] == pytest.approx(1.0, abs=1e-12)
     assert s["mean_run_length_iid"] == pytest.approx(0.8 / 0.2, rel=2e-3)
+
+
+def test_all_accepted_trace_gives_the_alpha_one_limits():
+    """β = 1 everywhere: eq. (1) is its limit γ + 1 (what the walk sees too), and the i.i.d. run length from a
+    position is the positions left, so clustering is exactly 1."""
+    t = Trace.from_sequences([[1.0] * 20, [1.0] * 7])
+    s = st.summarize(t, gamma=4, max_lag=2)
+    assert s["tokens_per_target_run_eq1"] == 5.0
+    assert s["mean_run_length_iid"] == s["mean_run_length"] == (20 * 21 / 2 + 7 * 8 / 2) / 27
+    assert s["clustering_index"] == 1.0
 
 
 def test_slot_decay_enters_the_walk():

@@ -27,14 +27,14 @@ from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder
 from specsim.executor.validate import (MODES, grid_pass_times, predict_gammas, predict_replay, replay_matches,
                                       shifted_trace, validate_pair)
 
-from tiny_models import one_thread, tiny_pair as _tiny_pair  # noqa: E402,F401  (tests/ is on sys.path)
+from tiny_models import tiny_pair as _tiny_pair  # noqa: E402  (tests/ is on sys.path)
 
 GREEDY = SamplingConfig(temperature=0.0)
 V = 48
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread(one_thread):  # noqa: F811  (the shared fixture, applied to every test here)
+def _one_thread(one_thread):  # conftest's fixture, applied to every test here
     yield
 
 

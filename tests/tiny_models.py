@@ -24,12 +24,3 @@ def tiny_pair(seed: int = 0, noise: float = 0.2, scale: float = 16.0, vocab: int
         for p in draft.parameters():
             p.add_(noise * torch.randn_like(p) * p.abs().mean())
     return HFSource(target, "tiny-target"), HFSource(draft, "tiny-draft")
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """Tiny models: thread hand-offs cost more than the matmuls, and CI cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)

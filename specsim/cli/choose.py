@@ -9,6 +9,7 @@ import typer
 from specsim.cli.output import emit_json
 from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError, check_range
+from specsim.profiles.deployment import STACK_HELP
 
 MAX_LEN = 10_000_000  # as SimConfig's prompt_len / output_len
 MAX_REQUESTS = 1_000_000  # per simulated point, and every γ of every load point runs that many
@@ -46,8 +47,7 @@ def choose_draft_cmd(
                                                             "instead of --batch"),
     gamma_max: int = typer.Option(8, "--gamma-max", help="search γ in 1..G"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
-    stack: str | None = typer.Option(None, "--stack", help="stack profile; default: the hardware's "
-                                                              "default_stack; 'ideal' = idealized roofline"),
+    stack: str | None = typer.Option(None, "--stack", help=STACK_HELP),
     prompt_len: int = typer.Option(128, "--prompt-len"),
     output_len: int = typer.Option(128, "--output-len"),
     requests: int | None = typer.Option(None, "--requests", help="requests per simulated point [batch mode: "

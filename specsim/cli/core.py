@@ -10,6 +10,7 @@ from specsim import profiles as prof
 from specsim.cli.output import emit_json, table
 from specsim.cli.parse import int_list
 from specsim.errors import ConfigError, check_range
+from specsim.profiles.deployment import STACK_HELP
 
 # Bounds of the numeric options (each refused in one line beyond them): a cost ratio c above 1e6 or a γ above 1e6
 # is a typo, not a question; a batch or context beyond these is no device's.
@@ -108,19 +109,19 @@ def roofline_cmd(
     positions: str = typer.Option("1,2,4,8,16,32,64,128,256", "--positions", help="comma-separated"),
     context: int = typer.Option(0, "--context", help="KV entries already cached"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree (divides the heads; at most chips_per_node)"),
-    stack: Optional[str] = typer.Option("ideal", "--stack", help="'ideal', 'default' or a stack profile"),
+    stack: Optional[str] = typer.Option(None, "--stack", help=STACK_HELP),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pass time against positions for one model on one device (the paper's Figure 1)."""
-    from specsim.cost.roofline import CostModel, check_fits
+    from specsim.cost.roofline import check_fits
+    from specsim.profiles.deployment import Deployment
 
     check_range("--batch", batch, lo=1, hi=MAX_BATCH)
     check_range("--context", context, lo=0, hi=MAX_CONTEXT)
     check_range("--tp", tp, lo=1, hi=1024)
     pos = int_list(positions, "--positions", hi=MAX_CONTEXT)
-    hw, m = prof.hardware(hardware), prof.model(model)
-    st = prof.stack(hw.default_stack if stack == "default" else stack)
-    cm = CostModel(m, hw, st, tp=tp)
+    dep = Deployment.resolve(hardware, model, stack=stack, tp=tp)
+    hw, m, st, cm = dep.hardware, dep.target, dep.stack, dep.cost_models[0]
     check_fits([cm], batch, context + max(pos))
     passes = [cm.pass_cost(batch, p, context).as_dict() for p in pos]
     ridge = cm.ridge_positions(batch, context)

@@ -11,14 +11,10 @@ import sys
 
 import typer
 
+from specsim.cli import options as o
 from specsim.cli.output import emit_json, table
 from specsim.cli.parse import int_list
 from specsim.errors import ConfigError
-
-
-KERNELS_HELP = ("auto | stock | packed | row-gemm: CPU matmul kernels (specsim.executor.kernels). auto = packed "
-                "(oneDNN-packed weights for passes of >= 4 rows, 2x weight memory) on a CPU fp32 model where it "
-                "fits, else stock")
 
 
 def _need_torch() -> None:
@@ -72,24 +68,24 @@ def _sampling(temperature: float, top_k: int | None, top_p: float | None):
 
 
 def record_cmd(
-    target: str = typer.Option(..., "--target", help="target SRC"),
-    draft: str = typer.Option(..., "--draft", help="draft SRC (also bigram / prompt-lookup)"),
+    target: str = o.TARGET,
+    draft: str = o.DRAFT,
     prompts: str = typer.Option(..., "--prompts", help="prompts file (.jsonl/.json/.txt)"),
     out: str = typer.Option(..., "--out", help="trace file to write (.parquet/.pq/.csv)"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="tokens the target generates"),
-    temperature: float = typer.Option(1.0, "--temperature", help="0 = argmax"),
-    top_k: int | None = typer.Option(None, "--top-k"),
-    top_p: float | None = typer.Option(None, "--top-p"),
+    max_new_tokens: int = o.max_new_tokens(128, "tokens the target generates"),
+    temperature: float = o.temperature(1.0),
+    top_k: int | None = o.TOP_K,
+    top_p: float | None = o.TOP_P,
     lenience: float = typer.Option(1.0, "--lenience", help="App. A.5 lenience l in (0, 1]; 1 = exact"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = o.SEED,
     task: str | None = typer.Option(None, "--task", help="task label for the metadata [prompts file stem]"),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="use the first N prompts"),
-    chat: bool = typer.Option(False, "--chat", help="wrap text prompts in the tokenizer's chat template"),
+    limit: int | None = o.LIMIT,
+    chat: bool = o.CHAT,
     stop_at_eos: bool = typer.Option(False, "--stop-at-eos", help="end a sequence at the tokenizer's EOS"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    device: str = o.DEVICE,
+    dtype: str = o.DTYPE,
+    kernels: str = o.KERNELS,
+    json_out: bool = o.JSON,
 ) -> None:
     """Record a β trace: the target generates, the draft scores the same tokens teacher-forced."""
     from pathlib import Path
@@ -120,27 +116,27 @@ def record_cmd(
 
 
 def measure_cmd(
-    target: str = typer.Option(..., "--target", help="target SRC"),
-    draft: str | None = typer.Option(None, "--draft", help="draft SRC (also bigram / prompt-lookup)"),
+    target: str = o.TARGET,
+    draft: str | None = o.DRAFT_OPTIONAL,
     prompts: str | None = typer.Option(None, "--prompts", help="prompts file: adds end-to-end walltimes"),
     gamma: int = typer.Option(4, "--gamma", min=1, max=256, help="draft length γ"),
     positions: str = typer.Option("1,2,3,4,5,6,8,12,16,32,64,128", "--positions", help="P grid of the target pass"),
     context: int = typer.Option(128, "--context", min=0, help="cached positions L before each timed pass"),
     batches: str = typer.Option("1", "--batch", help="batch sizes B of the timed target passes, e.g. 1,4,16"),
-    repeats: int = typer.Option(5, "--repeats", min=1, help="timed repetitions (median reported)"),
+    repeats: int = o.repeats(5, "timed repetitions (median reported)"),
     warmup: int = typer.Option(2, "--warmup", min=0, help="discarded runs before timing"),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
-    temperature: float = typer.Option(0.0, "--temperature"),
-    top_k: int | None = typer.Option(None, "--top-k"),
-    top_p: float | None = typer.Option(None, "--top-p"),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="use the first N prompts"),
-    chat: bool = typer.Option(False, "--chat", help="wrap text prompts in the tokenizer's chat template"),
+    max_new_tokens: int = o.max_new_tokens(64),
+    temperature: float = o.temperature(0.0),
+    top_k: int | None = o.TOP_K,
+    top_p: float | None = o.TOP_P,
+    limit: int | None = o.LIMIT,
+    chat: bool = o.CHAT,
     hf_compare: bool = typer.Option(False, "--hf-compare", help="also time HF assisted generation"),
-    seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    seed: int = o.SEED,
+    device: str = o.DEVICE,
+    dtype: str = o.DTYPE,
+    kernels: str = o.KERNELS,
+    json_out: bool = o.JSON,
 ) -> None:
     """Measure pass times T(P, L) for the target (and the draft step), c, and speculative vs plain walltime."""
     _need_torch()
@@ -173,6 +169,10 @@ def measure_cmd(
     if json_out:
         emit_json(res)
         return
+    _measure_tables(res, tgt, dft, gamma, context)
+
+
+def _measure_tables(res: dict, tgt, dft, gamma: int, context: int) -> None:
     table(f"pass times: {tgt.name} (context {context})", ["batch", "positions", "time_s", "min_time_s"],
           [[r["batch"], r["positions"], r["time_s"], r["min_time_s"]] for r in res["target_passes"]])
     if dft is not None:

@@ -1,77 +1,76 @@
-"""`specsim simulate`: one simulation point, simulated figures beside the paper's closed forms."""
+"""`specsim simulate`: one simulation point, simulated figures beside the paper's closed forms.
+
+The options are SimConfig's fields, generated from `specsim.config.FLAT_FIELDS`: the flag from `config.flag`
+(`--field-name`, or the one alias table `CLI_ALIASES`), the help from the field's description, the type from its
+annotation (a choice or a path is a string SimConfig checks; a structured value — vLLM's bands — is JSON).
+Nothing is re-declared here, so a new field is a new option and every message names a flag that exists.
+"""
 
 from __future__ import annotations
 
+import inspect
+import json
+import types
+import typing
+
 import typer
+from rich.markup import escape
 
 from specsim.cli.output import emit_json, table
+from specsim.config import FLAT_FIELDS, flag
 from specsim.errors import ConfigError
 
+_SCALARS = (bool, int, float, str)
 
-def simulate_cmd(
-    hardware: str = typer.Option(..., "--hardware", help="hardware profile name or TOML path"),
-    target: str = typer.Option(..., "--target", help="target model profile"),
-    draft: str = typer.Option(..., "--draft", help="draft model profile"),
-    alpha: float | None = typer.Option(None, "--alpha", help="i.i.d. acceptance rate α in [0, 1)"),
-    trace: str | None = typer.Option(None, "--trace", help="β trace file (parquet or CSV)"),
-    gamma: int | None = typer.Option(None, "--gamma", help="draft length γ (initial γ for 'heuristic')"),
-    policy: str | None = typer.Option(None, "--policy", help="fixed | optimal | heuristic | oracle"),
-    batch: int | None = typer.Option(None, "--batch", help="closed loop: concurrent requests (max batch)"),
-    rate: float | None = typer.Option(None, "--rate", help="open loop: Poisson arrivals per second"),
-    max_batch: int | None = typer.Option(None, "--max-batch", help="batch cap under --rate / --arrivals"),
-    arrivals: str | None = typer.Option(None, "--arrivals", help="CSV arrival_s,prompt_len,output_len"),
-    requests: int | None = typer.Option(None, "--requests", help="number of requests"),
-    prompt_len: int | None = typer.Option(None, "--prompt-len", help="prompt tokens per request"),
-    output_len: int | None = typer.Option(None, "--output-len", help="output tokens per request"),
-    length_dist: str | None = typer.Option(None, "--length-dist", help="fixed | uniform (L/2 … 3L/2)"),
-    seed: int | None = typer.Option(None, "--seed", help="random seed"),
-    stack: str | None = typer.Option(None, "--stack", help="software stack profile, or 'ideal'"),
-    tp: int | None = typer.Option(None, "--tp", help="tensor-parallel degree"),
-    replicas: int | None = typer.Option(None, "--replicas", help="engine replicas sharing the arrivals"),
-    lenience: float | None = typer.Option(None, "--lenience", help="App. A.5 lenience l in (0, 1]"),
-    fixed_c: float | None = typer.Option(None, "--fixed-c", help="free verification, draft pass = c units"),
-    slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT objective for goodput, s"),
-    slo_tpot: float | None = typer.Option(None, "--slo-tpot", help="TPOT objective for goodput, s"),
-    engine: str | None = typer.Option(None, "--engine", help="simpy (default) | fast | auto"),
-    measured_target: str | None = typer.Option(None, "--measured-target", metavar="CSV",
-                                               help="target pass times from a measured table (batch, positions, "
-                                                    "context, time_s) instead of the roofline"),
-    measured_draft: str | None = typer.Option(None, "--measured-draft", metavar="CSV",
-                                              help="draft pass times from a measured table, as --measured-target"),
-    draft_catchup: bool = typer.Option(False, "--draft-catchup", help="price the 2-position draft pass after a "
-                                       "clean sweep (HF-style executors; matters on CPUs)"),
-    engine_profile: str | None = typer.Option(None, "--engine-profile", help="specsim (default) | hf-assisted | "
-                                              "vllm-v1: how the serving engine schedules a step"),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="vllm-v1: running requests per step"),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
-                                                      help="vllm-v1: token budget per step"),
-    block_size: int | None = typer.Option(None, "--block-size", help="vllm-v1: KV block size, tokens"),
-    num_gpu_blocks: int | None = typer.Option(None, "--num-gpu-blocks", help="vllm-v1: KV blocks in the pool, as "
-                                              "the engine reports them"),
-    long_prefill_token_threshold: int | None = typer.Option(None, "--long-prefill-token-threshold",
-                                                            help="vllm-v1: cap on one prefill chunk (0 = off)"),
-    step_table_target: str | None = typer.Option(None, "--step-table-target", metavar="CSV",
-                                                 help="vllm-v1: target step times (tokens,time_s) from vLLM's log"),
-    step_table_draft: str | None = typer.Option(None, "--step-table-draft", metavar="CSV",
-                                                help="vllm-v1: draft step times (tokens,time_s)"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
-) -> None:
+
+def _kind(info) -> type | None:
+    """The option's Python type: bool / int / float / str for a scalar field, None for a JSON value."""
+    ann = info.annotation
+    args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    args = [a for a in args if a is not type(None)]
+    if len(args) == 1 and typing.get_origin(args[0]) is typing.Literal:
+        return str  # SimConfig refuses a value outside the choice, naming the choices
+    return args[0] if len(args) == 1 and args[0] in _SCALARS else None
+
+
+def _parameters() -> list[inspect.Parameter]:
+    params = []
+    for name, info in FLAT_FIELDS.items():
+        kind, text = _kind(info), escape(info.description or "")  # help is rich markup: "[[1, 8, 4]]" is text
+        if kind is bool:
+            opt, ann = typer.Option(False, flag(name), help=text), bool
+        else:
+            opt = typer.Option(... if info.is_required() else None, flag(name), help=text,
+                               metavar=None if kind is not None else "JSON")
+            ann = (kind or str) if info.is_required() else (kind or str) | None
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
+    json_opt = typer.Option(False, "--json", help="print one JSON object")
+    return params + [inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, default=json_opt,
+                                       annotation=bool)]
+
+
+def _value(name: str, v):
+    """An option's value as SimConfig takes it: an unset flag is left out (None), JSON text is parsed."""
+    if v is False and _kind(FLAT_FIELDS[name]) is bool:
+        return None
+    if v is not None and _kind(FLAT_FIELDS[name]) is None:
+        try:
+            return json.loads(v)
+        except ValueError:
+            raise ConfigError("not JSON", field=flag(name), value=v, allowed="e.g. [[1, 8, 4], [9, 64, 2]]") from None
+    return v
+
+
+def simulate_cmd(**opts) -> None:
     """Simulate speculative decoding and its paired no-speculation baseline."""
     from specsim.simulate import make_config, run
 
-    if batch is not None and (rate is not None or arrivals is not None):
-        raise ConfigError("give either a closed-loop batch or open-loop arrivals", field="--batch", value=batch,
-                          allowed="--batch alone, or --rate / --arrivals with --max-batch")
-    cfg = make_config(hardware=hardware, target=target, draft=draft, alpha=alpha, trace=trace, gamma=gamma,
-                      policy=policy, batch=batch, rate=rate, max_batch=max_batch, arrivals_csv=arrivals,
-                      requests=requests, prompt_len=prompt_len, output_len=output_len, length_dist=length_dist,
-                      seed=seed, stack=stack, tp=tp, replicas=replicas, lenience=lenience, fixed_c=fixed_c,
-                      slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, engine=engine, measured_target=measured_target,
-                      measured_draft=measured_draft, draft_catchup=draft_catchup or None,
-                      engine_profile=engine_profile, max_num_seqs=max_num_seqs,
-                      max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-                      num_gpu_blocks=num_gpu_blocks, long_prefill_token_threshold=long_prefill_token_threshold,
-                      step_table_target=step_table_target, step_table_draft=step_table_draft)
+    json_out = opts.pop("json_out")
+    if opts["batch"] is not None and (opts["rate"] is not None or opts["arrivals_csv"] is not None):
+        raise ConfigError("give either a closed-loop batch or open-loop arrivals", field="--batch",
+                          value=opts["batch"], allowed=f"--batch alone, or --rate / {flag('arrivals_csv')} with "
+                                                       "--max-batch")
+    cfg = make_config(**{k: _value(k, v) for k, v in opts.items()})
     r = run(cfg)
     if json_out:
         emit_json(r)
@@ -79,10 +78,15 @@ def simulate_cmd(
     _human(cfg, r)
 
 
+simulate_cmd.__signature__ = inspect.Signature(_parameters())  # typer reads the options from here
+simulate_cmd.__annotations__ = {p.name: p.annotation for p in simulate_cmd.__signature__.parameters.values()}
+
+
 def _human(cfg, r: dict) -> None:
     unit = "s" if r["time_unit"] == "s" else "target passes"
-    g = r["gamma"] if r["gamma"] is not None else "oracle"
-    title = (f"{cfg.target} ← {cfg.draft} on {cfg.hardware}: α = {r['alpha']:.4g}, c = {r['c']:.4g}, "
+    g = r["gamma"] if r["gamma"] is not None else r.get("gamma_bands", r["policy"])  # no one γ: bands or oracle
+    d = cfg.deployment
+    title = (f"{d.target} ← {d.draft} on {d.hardware}: α = {r['alpha']:.4g}, c = {r['c']:.4g}, "
              f"policy {r['policy']} (γ = {g}, mean {r['gamma_mean']:.3g}), {r['mode']} loop")
     table(title, ["quantity", "simulated", "closed form", "closed form is"], [
         ("speedup", r["speedup"], r["speedup_eq5"], "eq. (5)"),

@@ -11,10 +11,11 @@ import sys
 
 import typer
 
-from specsim.cli.executor import KERNELS_HELP
+from specsim.cli import options as o
 from specsim.cli.output import emit_json, table
 from specsim.cli.parse import int_list as _ints
 from specsim.errors import ConfigError
+from specsim.profiles.deployment import load_profile, resolve_stack
 
 
 def _log(json_out: bool):
@@ -42,7 +43,7 @@ def calibrate_cmd(
     positions: str = typer.Option("1,2,3,4,5,6,8,12,16,32,64", "--positions", help="new positions P per pass"),
     batches: str = typer.Option("1", "--batches", help="batch sizes B (B > 1 needs a transformers model)"),
     contexts: str = typer.Option("0,128", "--contexts", help="cached positions L before each pass"),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="timed repetitions per point (median)"),
+    repeats: int = o.repeats(3, "timed repetitions per point (median)"),
     warmup: int = typer.Option(1, "--warmup", min=0),
     holdout_every: int = typer.Option(4, "--holdout-every", min=0, help="hold out every k-th point (0 = none)"),
     multi_row: bool = typer.Option(False, "--multi-row", help="also fit a bandwidth fraction for passes of B·P >= R "
@@ -52,11 +53,11 @@ def calibrate_cmd(
                                 "their times add, as in eager PyTorch on a CPU (StackProfile.overlap)"),
     base: str | None = typer.Option(None, "--base", help="stack for what the data cannot identify "
                                                             "[the hardware's default stack]"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
-    seed: int = typer.Option(0, "--seed"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    device: str = o.DEVICE,
+    dtype: str = o.DTYPE,
+    kernels: str = o.KERNELS,
+    seed: int = o.SEED,
+    json_out: bool = o.JSON,
 ) -> None:
     """Fit a stack profile (fractions of bandwidth and peak, per-call and per-layer overheads) to measured passes."""
     from specsim import profiles
@@ -71,8 +72,8 @@ def calibrate_cmd(
     from specsim.executor.inputs import check_source
     if overlap not in profiles.OVERLAPS:  # before any timing
         raise ConfigError("unknown overlap", field="--overlap", value=overlap, allowed=" | ".join(profiles.OVERLAPS))
-    hw = profiles.hardware(hardware)
-    base_stack = profiles.stack(base or hw.default_stack)
+    hw = load_profile("hardware", hardware)
+    base_stack = resolve_stack(hw, base)  # the one stack rule: no --base = the hardware's default stack
     dev = _device(device)
     grid = _ints(positions, "positions"), _ints(batches, "batches"), _ints(contexts, "contexts", lo=0)
     for spec in model:  # every model checked before the first is timed
@@ -129,28 +130,27 @@ def _fit_tables(fit, hw, path) -> None:
 
 
 def validate_cmd(
-    target: str = typer.Option(..., "--target", help="target SRC"),
-    draft: str = typer.Option(..., "--draft", help="draft SRC (also bigram / prompt-lookup)"),
+    target: str = o.TARGET,
+    draft: str = o.DRAFT,
     prompts: str = typer.Option(..., "--prompts", help="prompts file (.txt one per line, .jsonl, .json)"),
     gamma: int = typer.Option(3, "--gamma", min=1, max=64, help="draft length γ"),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = argmax (the replay is then exact)"),
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1),
+    temperature: float = o.temperature(0.0, "0 = argmax (the replay is then exact)"),
+    max_new_tokens: int = o.max_new_tokens(32),
     hardware: str = typer.Option("cpu-2core", "--hardware", help="hardware profile of this machine"),
     stack: str | None = typer.Option(None, "--stack", help="stack TOML for calibrated mode [fit one here]"),
-    repeats: int = typer.Option(2, "--repeats", min=1, help="end-to-end repetitions (median)"),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="use the first N prompts"),
+    repeats: int = o.repeats(2, "end-to-end repetitions (median)"),
+    limit: int | None = o.LIMIT,
     chat: bool = typer.Option(True, "--chat/--no-chat", help="wrap text prompts in the chat template"),
     trace_out: str | None = typer.Option(None, "--trace-out", help="also write the recorded β trace"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | fp32 | bf16 | fp16"),
-    kernels: str = typer.Option("auto", "--kernels", help=KERNELS_HELP),
-    seed: int = typer.Option(0, "--seed"),
+    device: str = o.DEVICE,
+    dtype: str = o.DTYPE,
+    kernels: str = o.KERNELS,
+    seed: int = o.SEED,
     predict_gammas: str = typer.Option("", "--predict-gammas", help="also predict these γ from the same trace and "
                                        "costs, e.g. 1-6 or 1,2,4 (the closed form beside each)"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    json_out: bool = o.JSON,
 ) -> None:
     """Run speculative and plain decoding for real, replay the recorded trace through the engine, compare."""
-    from specsim import profiles
     from specsim.cli.executor import _device, _load_pair, _need_torch, _sampling, check_inputs
     from specsim.errors import check_range
     from specsim.inputs.files import output_file
@@ -159,10 +159,10 @@ def validate_cmd(
         output_file(trace_out, "trace file", field="--trace-out", suffixes=PARQUET_SUFFIXES + CSV_SUFFIXES)
     check_range("temperature", temperature, lo=0, hi=100)
     _need_torch()
-    from specsim.executor.validate import MODES, profile_of_source, validate_pair
+    from specsim.executor.validate import profile_of_source, validate_pair
     gammas = _gamma_list(predict_gammas)
-    hw = profiles.hardware(hardware)
-    st = profiles.load_stack(stack) if stack else None
+    hw = load_profile("hardware", hardware)
+    st = load_profile("stack", stack) if stack else None  # no --stack: fit one here
     check_inputs({"--target": target, "--draft": draft}, prompts)
     tgt, dft, prompt_ids = _load_pair(target, draft, prompts, _device(device), dtype, seed, chat, limit,
                                        kernels)
@@ -177,11 +177,17 @@ def validate_cmd(
     if json_out:
         emit_json(res)
         return
+    _validate_tables(res, tgt.name, dft.name, gamma, temperature, gammas)
+
+
+def _validate_tables(res: dict, tgt: str, dft: str, gamma: int, temperature: float, gammas: list[int]) -> None:
+    from specsim.executor.validate import MODES
+
     for mode in MODES:
         if mode not in res:
             continue
         cmp_ = res[mode]["compare"]
-        table(f"{mode} mode: {tgt.name} ← {dft.name}, γ = {gamma}, T = {temperature}, α = {res['alpha']:.3f}",
+        table(f"{mode} mode: {tgt} ← {dft}, γ = {gamma}, T = {temperature}, α = {res['alpha']:.3f}",
               ["quantity", "measured", "predicted", "error_pct"],
               [[k, v["measured"], v["predicted"], v["error_pct"]] for k, v in cmp_.items()],
               caption=f"replay: {res[mode]['replay']['steps_agreeing']}/{res[mode]['replay']['steps']} steps agree")

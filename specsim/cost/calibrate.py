@@ -18,11 +18,11 @@ assignments, and keep the best. Parameters the data cannot determine are taken f
 Every `holdout_every`-th point (indices k-1, 2k-1, ...) is held out of the fit and its error reported.
 
 `multi_row=True` fits a fifth parameter, a separate bandwidth fraction for passes of at least R rows (B·P ≥ R),
-which `RowAwareCostModel` applies, and the row count R itself (the best fit over R = 2..8 among the row counts
-measured): on this project's 2-core CPUs eager fp32 PyTorch streams weights at about half the rate in small matrix
-products (verification) that it reaches in matrix-vector products (one-token steps), which one fraction cannot
-describe, and where the BLAS switches kernels depends on the CPU (R = 2 on an AMD EPYC, 4 on an Intel Xeon; see
-experiments/results/validate_cpu.md).
+which `CostModel` applies (`StackProfile.multi_row_bandwidth_fraction`), and the row count R itself (the best
+fit over R = 2..8 among the row counts measured): on this project's 2-core CPUs eager fp32 PyTorch streams
+weights at about half the rate in small matrix products (verification) that it reaches in matrix-vector products
+(one-token steps), which one fraction cannot describe, and where the BLAS switches kernels depends on the CPU
+(R = 2 on an AMD EPYC, 4 on an Intel Xeon; see experiments/results/validate_cpu.md).
 
 With multi_row=True the fit also takes o_multi, a fixed cost of every pass of more than one position
 (`StackProfile.multi_position_overhead_s`): eager HF attention builds a causal mask and leaves SDPA's mask-free path
@@ -109,7 +109,7 @@ def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fractio
                   multi_row_min_rows: int | None = None) -> np.ndarray:
     """The calibrated cost model's times for the points (same arithmetic as `CostModel._finish`, TP 1); passes of
     at least `multi_row_min_rows` rows (default: the stack's) use `multi_row_bandwidth_fraction` (default: the
-    stack's, else its bandwidth_fraction) instead (`RowAwareCostModel`)."""
+    stack's, else its bandwidth_fraction) instead (`StackProfile.multi_row_bandwidth_fraction`)."""
     R = multi_row_min_rows or stack.multi_row_min_rows
     multi = multi_row_bandwidth_fraction or stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
     f_bw = np.where(terms.rows >= R, multi, stack.bandwidth_fraction)
@@ -121,27 +121,6 @@ def predict_times(stack: StackProfile, terms: Terms, multi_row_bandwidth_fractio
 def _run(mem_s: np.ndarray, compute_s: np.ndarray, overlap: str) -> np.ndarray:
     """A pass's memory and compute times combined as the stack's `overlap` says (`CostModel._finish`'s rule)."""
     return np.maximum(mem_s, compute_s) if overlap == "max" else mem_s + compute_s
-
-
-class RowAwareCostModel(CostModel):
-    """CostModel whose passes of several rows (B·P ≥ the stack's multi_row_min_rows) stream memory at their own
-    achievable fraction.
-
-    Why: eager fp32 PyTorch on a 2-core CPU runs a one-row pass as matrix-vector products (~50% of the copy
-    bandwidth) but, from a row count the BLAS picks (2 on the AMD EPYC, 4 on the Intel Xeon we measured), small
-    matrix products that stream the weights at ~25%, so a 4-position verification costs 2x a one-token step although
-    both are memory-bound on the roofline. The figures live in `StackProfile.multi_row_bandwidth_fraction` and
-    `multi_row_min_rows`; this subclass only lets a fit's values override the stack's."""
-
-    def __init__(self, model, hardware, stack=None, multi_row_bandwidth_fraction: float | None = None,
-                 multi_row_min_rows: int | None = None, **kw):
-        stack = stack or IDEAL_STACK
-        if multi_row_bandwidth_fraction is not None:
-            stack = stack.model_copy(update={"multi_row_bandwidth_fraction": multi_row_bandwidth_fraction})
-        if multi_row_min_rows is not None:
-            stack = stack.model_copy(update={"multi_row_min_rows": int(multi_row_min_rows)})
-        super().__init__(model, hardware, stack, **kw)
-        self.multi_row_bandwidth_fraction = stack.multi_row_bandwidth_fraction or stack.bandwidth_fraction
 
 
 def error_stats(pred: np.ndarray, meas: np.ndarray) -> dict:
@@ -167,11 +146,12 @@ class FitResult:
     multi_row_bandwidth_fraction: float | None = None  # fitted only with fit_stack(..., multi_row=True)
 
     def cost_model(self, model: ModelProfile, hardware: HardwareProfile) -> CostModel:
-        """The fitted cost model for `model` (a RowAwareCostModel when the multi-row fraction was fitted)."""
+        """The fitted cost model for `model`: the roofline `CostModel` on the fitted stack, which carries the
+        multi-row fraction when one was fitted (`CostModel` applies it to passes of B·P ≥ multi_row_min_rows)."""
         if self.multi_row_bandwidth_fraction is None:
             return CostModel(model, hardware, self.stack)
-        return RowAwareCostModel(model, hardware, self.stack, self.multi_row_bandwidth_fraction,
-                                 self.stack.multi_row_min_rows)
+        stack = self.stack.model_copy(update={"multi_row_bandwidth_fraction": self.multi_row_bandwidth_fraction})
+        return CostModel(model, hardware, stack)
 
     def rows(self) -> list[dict]:
         """One dict per point: model, B, P, L, measured, predicted, error %, whether it was held out."""
@@ -234,12 +214,14 @@ def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool, overlap: st
         return _solve(np.ones(len(T.time_s), bool), cls, n_cls, T, merged, "sum", mp)
     ratio = T.compute_s / T.memory_s
     starts = [ratio <= 0, ratio >= 0]  # everything memory-bound / everything compute-bound
-    for k in np.geomspace(1.0, 1e3, 13):  # compute side when b·C > a·M, for b/a = k
+    # compute side when b·C > a·M, for b/a = k; our choice: 13 ratios over 1..1000 (fractions as low as 0.1% of
+    # peak relative to bandwidth) cover every stack we fitted, at 13 cheap solves
+    for k in np.geomspace(1.0, 1e3, 13):
         starts.append(k * ratio < 1.0)
     best, best_loss = None, np.inf
     for mem_side in starts:
         seen = set()
-        for _ in range(50):
+        for _ in range(50):  # our choice: a bound only; it stops as soon as an assignment repeats
             key = mem_side.tobytes()
             if key in seen:
                 break
@@ -247,7 +229,7 @@ def _fit_params(T: Terms, cls: np.ndarray, n_cls: int, merged: bool, overlap: st
             x = _solve(mem_side, cls, n_cls, T, merged, mp=mp)
             mem_side = _sides(x, cls, n_cls, T, merged)
         loss = _loss(x, cls, n_cls, T, merged, mp=mp)
-        if loss < best_loss - 1e-15:
+        if loss < best_loss - 1e-15:  # our choice: better beyond rounding (the first start wins a tie)
             best, best_loss = x, loss
     return best
 
@@ -260,8 +242,8 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     overlap: "max" (the roofline) or "sum" (memory and compute times add; see the module docstring).
 
     multi_row: also fit a separate bandwidth fraction for passes of at least R rows (B·P ≥ R) and R (2..8, the fit
-    with the least loss on the fitted points; the smallest R on a tie); see `RowAwareCostModel`. Not identified
-    (and then equal to f_bw) when no multi-row point is memory-bound."""
+    with the least loss on the fitted points; the smallest R on a tie); `FitResult.cost_model` applies it. Not
+    identified (and then equal to f_bw) when no multi-row point is memory-bound."""
     if len(points) < 3:
         raise ConfigError("calibration needs at least 3 measured passes", field="points", value=len(points))
     if overlap not in OVERLAPS:
@@ -288,6 +270,7 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
     a, b, ident = _identified(a, b, cls, T, overlap, base, merged, multi_row, mp)
     prov = (f"fitted by specsim calibrate on {len(fit_i)} measured passes on {hardware.name}; "
             f"hold-out {len(hold_i)} points")
+    # the caps (10 s, 1 s) are StackProfile's own bounds: a fit never writes a profile that fails to load
     stack = _stack(name=name, description=description or f"calibrated on {hardware.name}",
                    bandwidth_fraction=min(1.0, 1.0 / a[0]), compute_fraction=min(1.0, 1.0 / b),
                    per_call_overhead_s=min(_overhead("per_call_overhead_s", oc), 10.0),
@@ -305,13 +288,14 @@ def fit_stack(points: Sequence[PassPoint], hardware: HardwareProfile, name: str 
 def _best_min_rows(T: Terms, n_cls: int, merged: bool, overlap: str, mp: bool):
     """(parameters, R, class per point) of the least-loss fit over the row counts R measured (2..8)."""
     best, x, R, cls = np.inf, None, 2, np.zeros(len(T.rows), int)
+    # 2..8: the BLAS kernel switch sits at 2 (AMD EPYC) or 4 (Intel Xeon) rows in our measurements (module doc)
     for r in sorted({int(v) for v in T.rows if 2 <= v <= 8} | {2}):
         c = (T.rows >= r).astype(int)
         if r > 2 and (not c.any() or c.all()):
             continue
         xr = _fit_params(T, c, n_cls, merged, overlap, mp)
         loss = _loss(xr, c, n_cls, T, merged, overlap, mp)
-        if loss < best * (1 - 1e-9):
+        if loss < best * (1 - 1e-9):  # our choice: a larger R must fit clearly better, not by rounding
             best, x, R, cls = loss, xr, r, c
     return x, R, cls
 

@@ -36,7 +36,7 @@ AXES = ("batch", "positions", "context")
 AXIS_RANGES = {"batch": (1, 1, 1_000_000), "positions": (None, 1, 10_000_000), "context": (0, 0, 10_000_000)}
 MAX_PASS_TIME_S = 3600.0  # one pass longer than an hour is a unit mistake (ms written as s), not a measurement
 KINDS = ("decode", "prefill")
-MAX_ROWS = 1_000_000
+MAX_ROWS = 1_000_000  # our choice: a measured grid has ~10²–10⁴ rows; more is a wrong file, refused before parsing
 
 
 def _int_field(r: dict, name: str, i: int, where: str) -> int:
@@ -73,7 +73,8 @@ def _time_field(r: dict, i: int, where: str) -> float:
 def free_model(name: str) -> SimpleNamespace:
     """A stand-in profile for a draft with no weights (bigram, prompt lookup): no memory, no layers."""
     return SimpleNamespace(name=name, architecture="decoder", weight_bytes=0.0, kv_bytes_per_token=0.0,
-                           n_layers=0, n_heads=1, head_dim=1, bytes_per_param=0.0, dtype="fp32", d_model=0)
+                           cross_kv_bytes_per_token=0.0, n_layers=0, n_heads=1, head_dim=1, bytes_per_param=0.0,
+                           dtype="fp32", d_model=0)
 
 
 def _axis_weights(axis: np.ndarray, x: float) -> list[tuple[int, float]]:

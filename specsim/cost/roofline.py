@@ -127,8 +127,7 @@ class CostModel:
         # per chip: each holds n_kv_heads / tp KV heads, or one replicated head when tp exceeds n_kv_heads
         kv = batch * (context + positions) * self.kv_bytes_per_token_per_chip
         # T5 decoders re-read the encoder's cross-attention K/V every step (full heads, split evenly).
-        cross = batch * cross_context * 2 * m.n_layers * m.n_heads * m.head_dim * m.bytes_per_param \
-            if m.architecture == "encoder-decoder" else 0.0
+        cross = batch * cross_context * m.cross_kv_bytes_per_token
         return (weights + cross) / self.tp + kv
 
     def pass_flops(self, batch: int, positions: int, context: int, cross_context: int | None = None) -> float:
@@ -144,7 +143,11 @@ class CostModel:
         return (dense + attn) / self.tp
 
     def comm_time_s(self, batch: int, positions: int) -> float:
-        """Two ring all-reduces of the activations per layer under tensor parallelism."""
+        """Two ring all-reduces of the activations per layer under tensor parallelism.
+
+        Two per layer: Megatron-LM's split (Shoeybi et al. 2019, §3: one after attention, one after the MLP). A ring
+        all-reduce moves 2(p − 1)/p of the message over each link and takes 2(p − 1) hops (Patarasuk & Yuan 2009),
+        each paying the profile's interconnect latency."""
         if self.tp == 1:
             return 0.0
         hw = self.hardware
@@ -197,7 +200,7 @@ class CostModel:
         lo, hi = 1, 1
         while self.pass_cost(batch, hi, context).bound == "memory":
             hi *= 2
-            if hi > 1 << 24:
+            if hi > 1 << 24:  # our choice: 16M positions per sequence exceeds every model's context; stop doubling
                 return hi
         while lo < hi:
             mid = (lo + hi) // 2
@@ -230,6 +233,13 @@ def check_fits(models: list[CostModel], batch: int, context: int) -> float:
     return used
 
 
-def cost_ratio_c(target: CostModel, draft: CostModel, context: int = 0, batch: int = 1) -> float:
-    """c = T_draft / T_target for one decode step each, derived from the two pass times."""
-    return draft.pass_time_s(batch, 1, context) / target.pass_time_s(batch, 1, context)
+def cost_ratio_c(target, draft, prompt_len: int = 0, batch: int = 1) -> float:
+    """c = T_draft / T_target for one decode step each at the first step's live context: the one definition of c
+    (`Deployment.c`, `StepCosts.derived_c` and every command use it; never assumed).
+
+    The first decode step of a decoder-only model attends to the prompt's KV (context = prompt_len); an
+    encoder-decoder's decoder has no self-attention context yet and cross-attends to the encoded prompt. Works for
+    any cost model with `pass_time_s(batch, positions, context, cross_context)` (roofline or measured)."""
+    enc_dec = target.model.architecture == "encoder-decoder"
+    L, X = (0, prompt_len) if enc_dec else (prompt_len, 0)
+    return draft.pass_time_s(batch, 1, L, X) / target.pass_time_s(batch, 1, L, X)

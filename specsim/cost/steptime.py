@@ -25,16 +25,31 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
-from specsim.cost.roofline import CostModel, check_fits, kv_bytes_per_token_per_chip
+from specsim.cost.roofline import CostModel, check_fits, cost_ratio_c, kv_bytes_per_token_per_chip
 from specsim.errors import DoesNotFitError
 
+# our choice: one cached segment per 16 tokens of context keeps the tables small, and the interpolation is exact
+# within a roofline regime (module doc); the golden outputs depend on it, so changing it changes results
 CONTEXT_BUCKET = 16
 
 
 _SHARED: dict = {}  # roofline CostModel setup → (its profile objects, the segment cache); see PassTable
+
+
+class Segment(NamedTuple):
+    """One pass's cost over one context bucket: its value at the bucket's start and its slope per context token
+    (a pass at context L in the bucket costs start + (L − bucket start) · slope)."""
+
+    time_s: float
+    time_s_per_token: float
+    bytes: float
+    bytes_per_token: float
+    flops: float
+    flops_per_token: float
 
 
 class PassTable:
@@ -55,32 +70,30 @@ class PassTable:
         if hit is not None and all(x is y for x, y in zip(hit[0][:3], refs[:3])):
             self._seg = hit[1]
             return
-        if len(_SHARED) >= 32:
+        if len(_SHARED) >= 32:  # our choice: a sweep uses a handful of setups; bounded so profiles can be freed
             _SHARED.pop(next(iter(_SHARED)))
         self._seg = lru_cache(maxsize=1 << 16)(self._segment)
         _SHARED[key] = (refs, self._seg)  # holds the profiles, so their ids stay theirs
 
-    def _segment(self, B: int, P: int, i: int, X: int):
+    # cache sizes (1 << 16 segments here and in StepCosts, 1 << 14 prefills) are our choice: a batch-64 sweep point
+    # touches ~10³ of each; the bound only keeps a long-lived process from growing without limit
+    def _segment(self, B: int, P: int, i: int, X: int) -> Segment:
         W = CONTEXT_BUCKET
         lo = self.cm.pass_cost(B, P, i * W, X)
         hi = self.cm.pass_cost(B, P, (i + 1) * W, X)
-        return (lo.time_s, (hi.time_s - lo.time_s) / W, lo.bytes, (hi.bytes - lo.bytes) / W,
-                lo.flops, (hi.flops - lo.flops) / W)
-
-    def at(self, B: int, P: int, L: float, X: int = 0):
-        i = int(L // CONTEXT_BUCKET)
-        t0, st, b0, sb, f0, sf = self._seg(B, P, i, X)
-        d = L - i * CONTEXT_BUCKET
-        return t0 + d * st, b0 + d * sb, f0 + d * sf
+        return Segment(lo.time_s, (hi.time_s - lo.time_s) / W, lo.bytes, (hi.bytes - lo.bytes) / W,
+                       lo.flops, (hi.flops - lo.flops) / W)
 
     def vec(self, P: int, L: np.ndarray, X: int = 0):
-        """Batch-1 passes at many contexts (same arithmetic as `at`, so results are bit-identical)."""
+        """Batch-1 passes at many contexts: segment start + offset·slope, the arithmetic `StepCosts.spec_step`
+        does per step, so results are bit-identical."""
         idx = (L // CONTEXT_BUCKET).astype(np.int64)
         segs = np.array([self._seg(1, P, int(i), X) for i in range(int(idx.max()) + 1)]) if len(L) else \
             np.zeros((1, 6))
-        s = [np.ascontiguousarray(segs[:, k]).take(idx) for k in range(6)]  # = segs[idx][:, k], cheaper
+        # one array per Segment field, in its order (= segs[idx][:, k], cheaper)
+        t0, st, b0, sb, f0, sf = (np.ascontiguousarray(segs[:, k]).take(idx) for k in range(len(Segment._fields)))
         d = L - idx * CONTEXT_BUCKET
-        return s[0] + d * s[1], s[2] + d * s[3], s[4] + d * s[5]
+        return t0 + d * st, b0 + d * sb, f0 + d * sf
 
 
 class StepCosts:
@@ -129,7 +142,7 @@ class StepCosts:
         """One iteration; K = sequences whose first draft pass catches up 2 positions (see the module doc)."""
         if self.fixed_c is not None:
             return G * self.fixed_c + 1.0, 0.0, 0.0
-        # = t.at(B, G + 1, L) + G·d.at(B, 1, L + (G − 1)/2), term by term; both segments from one dict lookup
+        # = T_t(B, G + 1, L) + G·T_d(B, 1, L + (G − 1)/2), term by term; both segments from one dict lookup
         Xi = int(round(X))
         i = int(L // CONTEXT_BUCKET)
         Ld = L + (G - 1) / 2
@@ -145,7 +158,8 @@ class StepCosts:
         t, b, f = t0 + d * st, b0 + d * sb, f0 + d * sf
         if G:
             d2 = Ld - i2 * CONTEXT_BUCKET
-            t, b, f = t + G * (ds[0] + d2 * ds[1]), b + G * (ds[2] + d2 * ds[3]), f + G * (ds[4] + d2 * ds[5])
+            dt0, dst, db0, dsb, df0, dsf = ds
+            t, b, f = t + G * (dt0 + d2 * dst), b + G * (db0 + d2 * dsb), f + G * (df0 + d2 * dsf)
             if K:
                 ct, cb, cf = self.catchup_extra(B, L, Xi)
                 w = K / B
@@ -157,7 +171,9 @@ class StepCosts:
         i = int(L // CONTEXT_BUCKET)
         d = L - i * CONTEXT_BUCKET
         one, two = self.d._seg(B, 1, i, Xi), self.d._seg(B, 2, i, Xi)
-        return tuple((two[k] + d * two[k + 1]) - (one[k] + d * one[k + 1]) for k in (0, 2, 4))
+        return ((two.time_s + d * two.time_s_per_token) - (one.time_s + d * one.time_s_per_token),
+                (two.bytes + d * two.bytes_per_token) - (one.bytes + d * one.bytes_per_token),
+                (two.flops + d * two.flops_per_token) - (one.flops + d * one.flops_per_token))
 
     def plain_step(self, B: int, L: float, X: float = 0.0):
         if self.fixed_c is not None:
@@ -202,11 +218,10 @@ class StepCosts:
 
     # --- c and memory ----------------------------------------------------------------------------------
     def derived_c(self, prompt_len: int, batch: int = 1) -> float:
-        """c = T_draft / T_target for one decode step at the first step's live context (never assumed)."""
+        """c of these costs: fixed_c when set, else `roofline.cost_ratio_c` (the one definition)."""
         if self.fixed_c is not None:
             return float(self.fixed_c)
-        L, X = self.context(prompt_len, 1), self.cross(prompt_len)
-        return self.draft.pass_time_s(batch, 1, L, X) / self.target.pass_time_s(batch, 1, L, X)
+        return cost_ratio_c(self.target, self.draft, prompt_len, batch)
 
 
 class Memory:
@@ -224,9 +239,7 @@ class Memory:
         self.capacity = cm0.hardware.memory_capacity_gb * 1e9
         self.weights = sum(cm.model.weight_bytes for cm in models) / self.tp
         self.kv_per_token = sum(kv_bytes_per_token_per_chip(cm.model, cm.tp) for cm in models)  # KV heads replicate
-        self.cross_per_token = sum(2 * cm.model.n_layers * cm.model.n_heads * cm.model.head_dim
-                                   * cm.model.bytes_per_param for cm in models
-                                   if cm.model.architecture == "encoder-decoder") / self.tp
+        self.cross_per_token = sum(cm.model.cross_kv_bytes_per_token for cm in models) / self.tp
         self.enc_dec = cm0.model.architecture == "encoder-decoder"
 
     def request_bytes(self, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:

@@ -14,9 +14,10 @@ Conventions (every engine — the SimPy engine of record and the fast path — f
 - Oracle (γ = the number about to be accepted): the step draws uniforms one at a time until the first rejection,
   with the same rule (u_k against β'_{t+k,k}, slot factors included), and stops after ORACLE_CAP accepts. It
   consumes n + 1 uniforms (n accepted + the rejecting one), or ORACLE_CAP when capped; its γ for that step is n.
-- Implementation: uniforms are pre-drawn per request in blocks (`UniformPool`). That is numerically identical to
-  calling `g.random(γ)` every step, because numpy's PCG64 `random()` turns each 64-bit word into one double with
-  no buffering: `g.random(a)` followed by `g.random(b)` equals `g.random(a + b)` (tested in tests/test_engine.py).
+- Implementation: uniforms are pre-drawn per request in blocks (`specsim.engine.draws.UniformPool`). That is
+  numerically identical to calling `g.random(γ)` every step, because numpy's PCG64 `random()` turns each 64-bit
+  word into one double with no buffering: `g.random(a)` followed by `g.random(b)` equals `g.random(a + b)` (tested
+  in tests/test_engine.py).
   Streams are opened through `specsim.rng.StreamFamily` (the same streams, cheaper to open). With a fixed γ and a
   constant α a request's whole life is independent of everything else, so `FixedRuns` draws and judges it for a
   block of requests at once, vectorized over all their steps.
@@ -98,8 +99,9 @@ class Acceptance:
 
     @classmethod
     def from_config(cls, cfg) -> Acceptance:
-        trace = None if cfg.trace is None else _read_trace(cfg.trace)
-        return cls(alpha=cfg.alpha, trace=trace, lenience=cfg.lenience, seed=cfg.seed)
+        a = cfg.acceptance
+        trace = None if a.trace is None else _read_trace(a.trace)
+        return cls(alpha=a.alpha, trace=trace, lenience=a.lenience, seed=cfg.workload.seed)
 
     # --- per-request walk ---------------------------------------------------------------------------
     def walk_start(self, request: np.ndarray | int):
@@ -299,49 +301,3 @@ def _read_trace(path: str):
             _TRACES.pop(next(iter(_TRACES)))
         _TRACES[key] = Trace.read(path)
     return _TRACES[key]
-
-
-class UniformPool:
-    """Per-slot blocks of pre-drawn uniforms in one flat buffer, refilled in order from each request's stream.
-
-    `cursor` values handed out are absolute flat offsets; a slot's live window is [slot·W, slot·W + W).
-    """
-
-    def __init__(self, acceptance: Acceptance, slots: int, need: int, typical_use: float = 4096):
-        self.acc = acceptance
-        self.need = int(need)  # most uniforms one step may look at (gather width)
-        # window: at least 4 gathers; else about what a typical request consumes, within a memory cap
-        self.W = max(4 * self.need, min(4096, (1 << 22) // max(1, slots), int(typical_use) + self.need))
-        self.buf = np.empty(slots * self.W)
-        self.gens: list = [None] * slots
-
-    def assign(self, slot: int, request: int) -> int:
-        """Give `slot` to `request` (fresh stream); return its cursor."""
-        g = self.gens[slot]
-        if g is None:
-            g = self.gens[slot] = self.acc.streams.generator()
-        self.acc.streams.load(request, g)
-        base = slot * self.W
-        g.random(out=self.buf[base:base + self.W])
-        return base
-
-    def headroom(self, cursor: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """Uniforms left in each window beyond the gather width."""
-        return slots * self.W + self.W - self.need - cursor
-
-    def refill(self, cursor: np.ndarray, slots: np.ndarray, step_max: int) -> np.ndarray:
-        """Shift the unread part of every window that could overflow within one step; return new cursors."""
-        low = np.flatnonzero(self.headroom(cursor, slots) < step_max)
-        if low.size == 0:
-            return cursor
-        cursor = cursor.copy()
-        W = self.W
-        for j in low:
-            s = int(slots[j])
-            base = s * W
-            off = int(cursor[j]) - base
-            keep = self.buf[base + off:base + W].copy()
-            self.buf[base:base + len(keep)] = keep
-            self.buf[base + len(keep):base + W] = self.gens[s].random(W - len(keep))
-            cursor[j] = base
-        return cursor

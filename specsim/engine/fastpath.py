@@ -3,8 +3,9 @@
 At batch 1 in closed loop, request j starts when request j − 1 finishes and nothing else interacts, so each
 request's acceptance can be simulated independently. This path runs all requests in lockstep — step s of every
 unfinished request at once, as numpy arrays over requests — with exactly the engine's draw convention
-(`specsim.engine.acceptance`) and the engine's step costs (`specsim.cost.steptime`, bit-identical interpolation), then lays the
-requests end to end in time. It produces the same `Records` as the engine (tests/test_fastpath.py checks the
+(`specsim.engine.acceptance`, the same acceptance step `specsim.engine.draws.LiveDraws` and γ policy) and the
+engine's step costs (`specsim.cost.steptime`, bit-identical interpolation), then lays the requests end to end in
+time. It produces the same `Records` as the engine (tests/test_fastpath.py checks the
 per-step accepted counts are identical and the times equal to rounding).
 """
 
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.engine.acceptance import ORACLE_CAP, FixedRuns, UniformPool
+from specsim.engine.acceptance import FixedRuns
+from specsim.engine.draws import LiveDraws
 from specsim.engine.metrics import Records
 
-_AR = np.arange(ORACLE_CAP + 2, dtype=np.int64)
 BLOCK = 1024  # requests simulated together (bounds the uniform buffers' memory)
 
 
@@ -24,57 +25,32 @@ def eligible(wl, replicas: int = 1) -> bool:
 
 
 def _acceptance_lockstep(wl, acc, policy, idx: np.ndarray):
-    """Per request-step (request, step number, γ, accepted, tokens) for requests `idx`, in lockstep."""
-    need = ORACLE_CAP + 1 if (policy.oracle or policy.adaptive) else policy.gamma + 1
-    step_max = ORACLE_CAP + 1 if policy.oracle else policy.max_gamma
+    """Per request-step (request, γ, accepted, tokens) for requests `idx`, in lockstep: each step is every
+    unfinished request's next step at batch 1, drawn with the engine's acceptance step and the policy's γ."""
     acc.streams.expect(wl.n)
-    pool = UniformPool(acc, len(idx), need, float(wl.output_len[idx].mean()) * step_max / 2)
-    slot = np.arange(len(idx), dtype=np.int64)
-    ucur = np.array([pool.assign(int(s), int(i)) for s, i in zip(slot, idx)], dtype=np.int64)
-    req = idx.copy()
+    draws = LiveDraws(acc, len(idx), policy.draws, policy.step_draws,
+                      float(wl.output_len[idx].mean()) * policy.step_draws / 2)
     rem = wl.output_len[idx] - 1
-    bpos = acc.walk_start(idx) + 1
-    gam = np.full(len(idx), policy.initial_gamma(), np.int64)
     live = rem > 0
-    req, slot, ucur, rem, bpos, gam = req[live], slot[live], ucur[live], rem[live], bpos[live], gam[live]
+    req, rem = idx[live], rem[live]
+    draws.admit(req)
+    state = policy.start(req.size)
     out_req, out_g, out_n, out_tok = [], [], [], []
-    countdown = 0
     while req.size:
-        if countdown <= 0:
-            ucur = pool.refill(ucur, slot, step_max)
-            countdown = int(pool.headroom(ucur, slot).min()) // step_max + 1
-        countdown -= 1
-        b = None if acc.constant else bpos
-        if policy.oracle:
-            U = pool.buf.take(ucur[:, None] + _AR[:ORACLE_CAP + 1])
-            n = (U < acc.thresholds(ORACLE_CAP, b)).argmin(1)
-            ucur += np.minimum(n + 1, ORACLE_CAP)
-            g = n
-        elif policy.adaptive:
-            G = int(gam.max())
-            U = pool.buf.take(ucur[:, None] + _AR[:G + 1])
-            thr = np.where(_AR[:G + 1] >= gam[:, None], -1.0, acc.thresholds(G, b))
-            n = (U < thr).argmin(1)
-            ucur += gam
-            g = gam
-            gam = policy.update(gam, n)
-        else:
-            G = policy.gamma
-            U = pool.buf.take(ucur[:, None] + _AR[:G + 1])
-            n = (U < acc.thresholds(G, b)).argmin(1)
-            ucur += G
-            g = np.full(req.size, G, np.int64)
+        n, _, gam, consumed, state = policy.step(draws.draw, state, 1)  # each request is alone in its batch
         tok = np.minimum(n + 1, rem)
+        draws.advance(consumed, tok)
         rem = rem - tok
-        if b is not None:
-            bpos = bpos + tok
         out_req.append(req)
-        out_g.append(g)
+        out_g.append(np.broadcast_to(np.asarray(gam, np.int64), req.shape))
         out_n.append(n)
         out_tok.append(tok)
         live = rem > 0
         if not live.all():
-            req, slot, ucur, rem, bpos, gam = req[live], slot[live], ucur[live], rem[live], bpos[live], gam[live]
+            req, rem = req[live], rem[live]
+            draws.keep(live)
+            if state is not None:
+                state = state[live]
     if not out_req:
         z = np.zeros(0, np.int64)
         return z, z, z, z
@@ -145,8 +121,8 @@ def run_fast(wl, costs, acc=None, policy=None) -> Records:
         rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), out)
         z = np.zeros(rs_req.size, np.int64)
         return _lay_out(wl, costs, False, rs_req, z, z, np.ones(rs_req.size, np.int64))
-    if not policy.adaptive and not policy.oracle and acc.constant:  # whole lives at once, vectorized (FixedRuns)
-        G = policy.gamma
+    if policy.fixed_gamma is not None and acc.constant:  # whole lives at once, vectorized (FixedRuns)
+        G = policy.fixed_gamma
         rs_n, tok, count = FixedRuns(acc, G, wl.output_len - 1).all()
         rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), count)
         return _lay_out(wl, costs, True, rs_req, np.full(rs_n.size, G, np.int64), rs_n, tok)

@@ -20,10 +20,49 @@ Definitions (spec run and baseline alike):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
 PCTS = (50, 90, 99)
+
+
+class StepRow(NamedTuple):
+    """One iteration that ran a decode step, as the engines log it."""
+
+    end_s: float
+    dur_s: float
+    batch: int  # requests in the step
+    gamma: int  # draft passes (the batch's largest γ)
+    bytes: float
+    flops: float
+
+
+class RequestStep(NamedTuple):
+    """One request's part in one iteration (the step-by-step engine profiles log these)."""
+
+    step: int  # index of the iteration's StepRow
+    request: int
+    accepted: int
+    gamma: int  # the request's own γ
+
+
+def step_columns(rows: list) -> dict:
+    """The `Records` step_* arrays from a list of StepRows (or plain tuples in its field order), by field name."""
+    k = len(StepRow._fields)
+    st = np.fromiter(chain.from_iterable(rows), float, count=k * len(rows)).reshape(-1, k)
+    c = dict(zip(StepRow._fields, st.T))
+    return {"step_end_s": c["end_s"], "step_dur_s": c["dur_s"], "step_batch": c["batch"].astype(np.int64),
+            "step_gamma": c["gamma"].astype(np.int64), "step_bytes": c["bytes"], "step_flops": c["flops"]}
+
+
+def request_step_columns(rows: list) -> dict:
+    """The `Records` rs_* arrays from RequestSteps, sorted by request, then step."""
+    rs = np.array(rows, dtype=np.int64).reshape(-1, len(RequestStep._fields))
+    rs = rs[np.lexsort((rs[:, 0], rs[:, 1]))]
+    c = dict(zip(RequestStep._fields, rs.T))
+    return {"rs_step": c["step"], "rs_request": c["request"], "rs_accepted": c["accepted"], "rs_gamma": c["gamma"]}
 
 
 @dataclass

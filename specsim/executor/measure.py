@@ -25,6 +25,8 @@ from specsim.executor.sampling import PLAIN, SamplingConfig, adjust, sample, spe
 from specsim.executor.sources import HFSource, Source
 from specsim.executor.speculative import PlainDecoder, SpeculativeDecoder, _sync, make_generator
 
+# our choice: every P = γ + 1 of a verification with γ ≤ 5, plus 8 (γ = 7), densely where the CPU kernels switch
+# (kernels.py), then doublings up to a prefill-sized pass. The repeats/warmup defaults below are our choice too.
 DEFAULT_POSITIONS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64, 128)
 
 

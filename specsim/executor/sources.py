@@ -126,7 +126,7 @@ class _Context:
     """Token context of an n-gram draft: a growable int64 buffer."""
 
     def __init__(self):
-        self.buf = np.zeros(256, dtype=np.int64)
+        self.buf = np.zeros(256, dtype=np.int64)  # our choice: a short prompt fits; grows by doubling
         self.n = 0
 
     def extend(self, ids: Sequence[int]) -> None:
@@ -163,7 +163,10 @@ class _NgramSource(Source):
 
 
 class BigramDraft(_NgramSource):
-    """q(x | a) = (count(a, x) + k) / (count(a) + k·V), counted over a token corpus (e.g. the prompts)."""
+    """q(x | a) = (count(a, x) + k) / (count(a) + k·V), counted over a token corpus (e.g. the prompts).
+
+    k = 0.01 by default (our choice: additive smoothing small enough that seen bigrams dominate, yet every token
+    keeps q > 0 so p/q in the acceptance test stays finite)."""
 
     kind = "bigram"
 
@@ -237,7 +240,9 @@ class PromptLookupDraft(_NgramSource):
 # --- construction ---------------------------------------------------------------------------------
 
 def config_from_profile(profile, layers: int | None = None, max_positions: int = 32768):
-    """A transformers config with the profile's shapes: Qwen2 when q/k/v carry biases, else Llama."""
+    """A transformers config with the profile's shapes: Qwen2 when q/k/v carry biases, else Llama.
+
+    max_positions = 32768 (Qwen2.5's max_position_embeddings): RoPE tables only, no weights depend on it."""
     from transformers import LlamaConfig, Qwen2Config
     if profile.architecture != "decoder" or profile.ffn != "gated" or profile.learned_positions:
         raise ConfigError("random-weight models are built for gated decoder-only profiles (Llama/Qwen/Mistral)",
@@ -296,7 +301,7 @@ def hf_source(path: str | Path, *, dtype: str | torch.dtype = "auto", device: st
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
-    return text.splitlines()[0][:300] if text else "no message"
+    return text.splitlines()[0][:300] if text else "no message"  # our choice: one readable line
 
 
 def _options(parts: list[str], spec: str, allowed: dict[str, type]) -> dict:

@@ -163,7 +163,7 @@ class SpeculativeDecoder:
     def __init__(self, target: Source, draft: Source, gamma: int, sampling: SamplingConfig = PLAIN,
                  lenience: float = 1.0, broken: str | None = None, clip_gamma: bool = True, timing: bool = True,
                  fuse_prefill: bool = True):
-        if not 1 <= gamma <= 256:
+        if not 1 <= gamma <= 256:  # our choice: far above any useful γ; bounds the per-step draft loop
             raise ConfigError("gamma out of range", field="gamma", value=gamma, allowed="[1, 256]")
         self.target, self.draft, self.gamma, self.sampling = target, draft, int(gamma), sampling
         self.lenience, self.broken, self.clip_gamma, self.timing = lenience, broken, clip_gamma, timing
@@ -172,7 +172,7 @@ class SpeculativeDecoder:
     @torch.inference_mode()
     def generate(self, prompt, max_new_tokens: int, seed: int = 0, eos_token_id: int | None = None,
                  generator: torch.Generator | None = None) -> DecodeResult:
-        tgt, dft, cfg = self.target, self.draft, self.sampling
+        tgt, dft = self.target, self.draft
         dev, vocab = tgt.device, tgt.vocab_size
         ids = _prompt_tensor(prompt, vocab)
         gen = generator or make_generator(dev, seed)
@@ -193,35 +193,7 @@ class SpeculativeDecoder:
         new: list[int] = []
         while len(new) < max_new_tokens:
             g = min(self.gamma, max_new_tokens - len(new) - 1) if self.clip_gamma else self.gamma
-            t0 = clock()
-            if g == 0:  # one token left: a plain target step
-                logits = tgt.forward(t_pending, tstate, keep=1)
-                sync()
-                t1 = clock()
-                tok = sample(adjust(logits[-1], cfg), gen, cfg.greedy)
-                emitted, n = [int(tok)], 0
-                t_draft, t_verify = 0.0, t1 - t0
-            else:
-                qs, xs = [], []
-                inp = d_pending
-                for _ in range(g):
-                    q = adjust(fit_vocab(dft.forward(inp, dstate, keep=1)[-1], vocab).to(dev), cfg)
-                    x = sample(q, gen, cfg.greedy).view(1)
-                    qs.append(q)
-                    xs.append(x)
-                    inp = x
-                drafts = torch.cat(xs)
-                sync()
-                t1 = clock()
-                p = adjust(tgt.forward(torch.cat([t_pending, drafts]), tstate, keep=g + 1), cfg)
-                sync()
-                t2 = clock()
-                n_t, tok = speculative_accept(p, torch.stack(qs), drafts, gen, self.lenience, self.broken,
-                                              cfg.greedy)
-                vals = torch.cat([drafts, n_t.view(1), tok.view(1)]).tolist()   # the step's one host sync
-                n = vals[g]
-                emitted = vals[:n] + [vals[g + 1]]
-                t_draft, t_verify, t1 = t1 - t0, t2 - t1, t2
+            emitted, n, t_draft, t_verify, t1 = self._passes(g, t_pending, d_pending, tstate, dstate, gen, sync)
             ctx = len(seq)
             seq.extend(emitted)
             new.extend(emitted)
@@ -238,3 +210,35 @@ class SpeculativeDecoder:
         _sync(dev)
         res.walltime_s = clock() - t_start
         return res
+
+    def _passes(self, g: int, t_pending, d_pending, tstate, dstate, gen, sync):
+        """One step's passes and accept/reject (g = 0: one plain target step, when one token is left).
+
+        Returns (emitted tokens, drafts accepted, draft time, verify time, the clock at the end of the passes)."""
+        tgt, dft, cfg = self.target, self.draft, self.sampling
+        dev, vocab, clock = tgt.device, tgt.vocab_size, time.perf_counter
+        t0 = clock()
+        if g == 0:
+            logits = tgt.forward(t_pending, tstate, keep=1)
+            sync()
+            t1 = clock()
+            tok = sample(adjust(logits[-1], cfg), gen, cfg.greedy)
+            return [int(tok)], 0, 0.0, t1 - t0, t1
+        qs, xs = [], []
+        inp = d_pending
+        for _ in range(g):
+            q = adjust(fit_vocab(dft.forward(inp, dstate, keep=1)[-1], vocab).to(dev), cfg)
+            x = sample(q, gen, cfg.greedy).view(1)
+            qs.append(q)
+            xs.append(x)
+            inp = x
+        drafts = torch.cat(xs)
+        sync()
+        t1 = clock()
+        p = adjust(tgt.forward(torch.cat([t_pending, drafts]), tstate, keep=g + 1), cfg)
+        sync()
+        t2 = clock()
+        n_t, tok = speculative_accept(p, torch.stack(qs), drafts, gen, self.lenience, self.broken, cfg.greedy)
+        vals = torch.cat([drafts, n_t.view(1), tok.view(1)]).tolist()   # the step's one host sync
+        n = vals[g]
+        return vals[:n] + [vals[g + 1]], n, t1 - t0, t2 - t1, t2

@@ -196,7 +196,7 @@ def _measured_summary(e2e: dict, gamma: int, max_new_tokens: int, prompt_lens: S
             "draft_step_s": statistics.median(s.draft_time_s / s.gamma for s in steps if s.gamma),
             "verify_pass_s": statistics.median(s.verify_time_s for s in steps if s.gamma == gamma),
             "plain_step_s": statistics.median(s.verify_time_s + s.overhead_time_s for s in psteps),
-            "spec_overhead_share": sum(s.overhead_time_s for s in steps) / max(
+            "spec_overhead_share": sum(s.overhead_time_s for s in steps) / max(  # 1e-12 s: no division by 0
                 1e-12, sum(s.draft_time_s + s.verify_time_s + s.overhead_time_s for s in steps)),
             "mean_context": float(np.mean(prompt_lens)) - 1 + max_new_tokens / 2}
 
@@ -218,8 +218,9 @@ def validate_pair(target, draft, prompts, *, hardware, target_profile, draft_pro
     """The whole validation for one pair (see the module docstring).
 
     Cost modes compared (`MODES`): `calibrated` (a StackProfile fitted to the grid, or `stack` if given),
-    `calibrated_multi_row` (the same with a separate bandwidth fraction for multi-row passes, `RowAwareCostModel`),
-    `calibrated_serial` (that with memory and compute times added; these two only when fitting here) and `measured`
+    `calibrated_multi_row` (the same with a separate bandwidth fraction for multi-row passes,
+    `StackProfile.multi_row_bandwidth_fraction`), `calibrated_serial` (that with memory and compute times added;
+    these two only when fitting here) and `measured`
     (the grid interpolated). `per_round()`: called after each round's decoding (e.g. to time HF's
     assisted generation under the same load); its results are returned in `per_round`. `draft_profile` None = a
     draft without weights (n-gram)."""

@@ -26,7 +26,7 @@ import pandas as pd
 
 from specsim.errors import ConfigError
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1  # numpy int64's range: integer columns must fit it exactly
 _INT_RE = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
 _NUM_RE = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*", re.ASCII)
 Raw = Callable[[str, int], str]  # (column, row index) -> the cell's text as written in the file
@@ -83,7 +83,7 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], where) -> None:
     """A one-line error for the first missing column, listing what the file has."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        have = [str(c) for c in frame.columns][:6]
+        have = [str(c) for c in frame.columns][:6]  # our choice: enough to recognise the file, one line
         raise ConfigError(f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} (the file has "
                           f"{', '.join(have) or 'none'})", file=where, field=missing[0],
                           allowed="columns " + ", ".join(columns))

@@ -123,7 +123,14 @@ class _Cfg:
 
 
 def _fields(c: _Cfg) -> dict:
-    """The ModelProfile fields for the config's family."""
+    """The ModelProfile fields for the config's family.
+
+    Defaults for keys a config may omit are transformers' own config-class defaults: T5Config
+    (feed_forward_proj "relu", num_decoder_layers = num_layers, tie_word_embeddings True), GPT2Config
+    (n_inner None → 4·n_embd), LlamaConfig (num_key_value_heads = num_attention_heads, head_dim = hidden_size //
+    num_attention_heads);
+    Qwen2 projects q/k/v with biases (Qwen2Attention). A missing dtype is read as bf16 (what these checkpoints
+    ship in)."""
     if c.model_type == "t5":
         n_heads = c.int_("num_heads")
         proj = c.str_("feed_forward_proj", "relu")
@@ -131,7 +138,7 @@ def _fields(c: _Cfg) -> dict:
                     n_encoder_layers=c.int_("num_layers"), d_model=c.int_("d_model"), d_ff=c.int_("d_ff"),
                     n_heads=n_heads, n_kv_heads=n_heads, head_dim=c.int_("d_kv"), vocab_size=c.int_("vocab_size"),
                     ffn="gated" if c.bool_("is_gated_act", False) or "gated" in proj else "plain",
-                    tied_embeddings=c.bool_("tie_word_embeddings", False))
+                    tied_embeddings=c.bool_("tie_word_embeddings", True))  # T5Config's default (T5 v1.0 ties)
     if c.model_type == "gpt2":
         d_model, n_heads = c.int_("n_embd"), c.int_("n_head")
         return dict(n_layers=c.int_("n_layer"), d_model=d_model, d_ff=c.int_("n_inner", 4 * d_model),

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specsim.errors import ConfigError, FieldError
 
+# Storage bytes per parameter: IEEE 754 binary32 / bfloat16 / binary16, OCP FP8 (E4M3, E5M2), int8, and int4
+# packed two to a byte (GPTQ/AWQ layouts; their per-group scales are ignored).
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 Overlap = Literal["max", "sum"]  # how a pass combines its memory and compute times (StackProfile.overlap)
@@ -29,6 +31,9 @@ ATTENTION_WIDTH_RATIO = {"decoder": (0.25, 4.0), "encoder-decoder": (0.25, 16.0)
 # them to 3%). Beyond 15% the architecture fields and the published figure describe different models.
 PUBLISHED_PARAMS_TOLERANCE = 0.15
 
+# Upper bounds on profile fields (le=...) are our choice: one to three orders of magnitude beyond today's largest
+# figure (an H200's 4.8 TB/s and 141 GB, an NVL72 rack's 72 chips, a 405B model's 126 layers and 128k vocabulary),
+# so they only catch unit mistakes (MB/s for GB/s, bytes for GB) and never a real device or model.
 PeakTflops = Annotated[float, Field(gt=0, le=1e6)]
 
 
@@ -232,6 +237,15 @@ class ModelProfile(_Strict):
     def kv_bytes_per_token(self) -> float:
         """Self-attention K and V for one position, all decoder layers (all chips together; see costs.py for TP)."""
         return 2 * self.n_layers * self._kv_dim * self.bytes_per_param
+
+    @property
+    def cross_kv_bytes_per_token(self) -> float:
+        """Cross-attention K and V of one encoder position, all decoder layers (all chips together; TP splits these
+        full heads evenly): T5 decoders keep them for the whole request and re-read them every step. 0 for
+        decoder-only models. The one definition: the roofline's pass bytes and the KV reservation use it."""
+        if self.architecture != "encoder-decoder":
+            return 0.0
+        return 2 * self.n_layers * self._q_dim * self.bytes_per_param
 
     @property
     def weight_bytes(self) -> float:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim import profiles as prof
 from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError, DoesNotFitError
+from specsim.profiles.deployment import Deployment, load_profile
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_GAMMA_MAX = 8
@@ -56,9 +56,9 @@ def parse_draft(text: str) -> DraftSpec:
                           allowed=_FORMAT)
     name, value = name.strip(), value.strip()
     try:
-        prof.model(name)
+        load_profile("draft", name)
     except ConfigError as e:
-        if e.field == "model":  # not a known profile name
+        if e.field == "draft" and e.file is None:  # not a known profile name
             raise ConfigError(f"unknown draft model {name!r}", field="--draft", value=text,
                               allowed=e.allowed) from None
         raise ConfigError(f"bad draft model profile {name!r}: {e}", field="--draft", value=text) from None
@@ -112,21 +112,13 @@ def _requests_for(kind: str, load, requests: int | None) -> int:
 
 # --- memory -----------------------------------------------------------------------------------------------------
 
-def _memory(hardware: str, target: str, draft: str, stack, tp: int, gamma_max: int, prompt_len: int,
-            output_len: int) -> dict:
+def _memory(dep: Deployment, gamma_max: int, prompt_len: int, output_len: int) -> dict:
     """Weights + KV per concurrent request per chip, the largest batch that fits, and the does-not-fit text."""
-    from specsim.cost.roofline import CostModel
-    from specsim.cost.steptime import Memory
-
-    hw = prof.hardware(hardware)
-    st = prof.stack(hw.default_stack if stack is None else stack)
-    t = CostModel(prof.model(target), hw, st, tp=tp)
-    d = CostModel(prof.model(draft), hw, st, tp=tp)
-    mem = Memory([t, d], gamma_max + 1)
+    mem, _ = dep.memory(gamma_max + 1)
     per_req = float(mem.request_bytes(np.array([prompt_len]), np.array([output_len]))[0])
     max_batch = int(max(0.0, mem.kv_budget) // per_req) if per_req > 0 else 4096
     return {"capacity_gb": mem.capacity / 1e9, "weights_gb": mem.weights / 1e9, "kv_per_request_gb": per_req / 1e9,
-            "max_batch": max_batch, "tp": tp, "hardware": hw.name, "stack": st.name}
+            "max_batch": max_batch, "tp": dep.tp, "hardware": dep.hardware.name, "stack": dep.stack.name}
 
 
 def _no_fit_line(draft: str, m: dict, batch: int) -> str:
@@ -204,6 +196,32 @@ def choose_draft(hardware: str, target: str, drafts, *, batches=None, rates=None
     `drafts`: DraftSpec objects or "NAME:ALPHA" / "NAME:TRACE_FILE" strings. Returns one JSON-able dict:
     {hardware, target, stack, tp, load_kind, loads, gamma_max, drafts: [...per draft...], ranking, recommendation}.
     `progress(draft_name, load)` is called before each load point (for a progress bar)."""
+    specs = _checked_inputs(drafts, gamma_max, tp)
+    kind, loads = _loads(batches, rates)
+    base = {"hardware": hardware, "target": target, "stack": stack, "tp": int(tp), "prompt_len": int(prompt_len),
+            "output_len": int(output_len), "seed": int(seed), "engine": "auto"}
+    deps = [Deployment.resolve(hardware, target, spec.model, stack=stack, tp=int(tp)) for spec in specs]
+    for spec, dep in zip(specs, deps):
+        arch = dep.target.architecture
+        if dep.draft.architecture != arch:
+            raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="--draft",
+                              value=spec.text, allowed=f"a {arch} model like the target {target}")
+    rows = [_draft_row(spec, dep, base, kind, loads, int(gamma_max), prompt_len, output_len, requests, progress)
+            for spec, dep in zip(specs, deps)]
+    order = _ranked(rows)
+    best = order[0]
+    out = {"hardware": deps[0].hardware.name, "target": target, "stack": deps[0].stack.name, "tp": int(tp),
+           "load_kind": kind,
+           "loads": loads, "gamma_max": int(gamma_max), "prompt_len": int(prompt_len), "output_len": int(output_len),
+           "seed": int(seed), "drafts": rows, "ranking": [r["draft"] for r in order]}
+    out["recommendation"] = {"draft": best["draft"], "spec": best["spec"], "bands": best["bands"],
+                             "break_even": best["break_even"], "mean_realized_speedup": best["mean_realized_speedup"],
+                             "text": recommendation_text(best, kind, loads)}
+    return out
+
+
+def _checked_inputs(drafts, gamma_max, tp) -> list:
+    """The draft specs, after the search bound and TP degree are checked (one-line errors)."""
     if isinstance(gamma_max, bool) or int(gamma_max) != gamma_max or not 1 <= gamma_max <= GAMMA_CAP:
         raise ConfigError("draft length search bound out of range", field="--gamma-max", value=gamma_max,
                           allowed=f"integers in [1, {GAMMA_CAP}]")
@@ -212,49 +230,42 @@ def choose_draft(hardware: str, target: str, drafts, *, batches=None, rates=None
     specs = [_as_spec(d) for d in drafts]
     if not specs:
         raise ConfigError("no draft given", field="--draft", allowed=_FORMAT)
-    kind, loads = _loads(batches, rates)
-    hw = prof.hardware(hardware)
-    st_name = hw.default_stack if stack is None else stack
-    base = {"hardware": hardware, "target": target, "stack": stack, "tp": int(tp), "prompt_len": int(prompt_len),
-            "output_len": int(output_len), "seed": int(seed), "engine": "auto"}
-    arch = prof.model(target).architecture
-    for spec in specs:
-        if prof.model(spec.model).architecture != arch:
-            raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="--draft",
-                              value=spec.text, allowed=f"a {arch} model like the target {target}")
-    rows = []
-    for spec in specs:
-        mem = _memory(hardware, target, spec.model, stack, int(tp), int(gamma_max), prompt_len, output_len)
-        points, lines = [], []
-        for load in loads:
-            if kind == "batch" and load > mem["max_batch"]:
-                lines.append(_no_fit_line(spec.model, mem, int(load)))
-                points.append({"load": load, "fits": False, "best_gamma": None, "best_speedup": None,
-                               "recommended_gamma": 0, "realized_speedup": 1.0})
-                continue
-            if kind == "rate" and mem["max_batch"] < 1:
-                lines.append(_no_fit_line(spec.model, mem, 1))
-                points.append({"load": load, "fits": False, "best_gamma": None, "best_speedup": None,
-                               "recommended_gamma": 0, "realized_speedup": 1.0})
-                continue
-            if progress is not None:
-                progress(spec.model, load)
-            points.append(_simulate_point(dict(base, requests=_requests_for(kind, load, requests)), spec, kind,
-                                          load, int(gamma_max)))
-        sims = [p for p in points if p["fits"]]
-        below = [p["load"] for p in sims if p["max_speedup"] < 1.0]
-        row = {"draft": spec.model, "spec": spec.text, "alpha": spec.alpha, "trace": spec.trace,
-               "alpha_source": "trace" if spec.trace else "given", "memory": dict(mem, fits=not lines,
-                                                                                  message=lines[0] if lines else None),
-               "fits": bool(sims), "points": points,
-               "bands": bands(loads, [p["recommended_gamma"] for p in points], kind),
-               "break_even": below[0] if below else None,
-               "mean_realized_speedup": float(np.mean([p["realized_speedup"] for p in points])),
-               "first_speedup": sims[0]["best_speedup"] if sims and sims[0]["load"] == loads[0] else None,
-               "c": sims[0]["c"] if sims else None,
-               "clustering_delta": sims[0]["clustering_delta"] if sims else None}
-        row["bands_text"] = bands_text(row["bands"], kind)
-        rows.append(row)
+    return specs
+
+
+def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, requests, progress) -> dict:
+    """One draft's points over the loads (a load that does not fit is a point marked so), bands and break-even."""
+    mem = _memory(dep, gamma_max, prompt_len, output_len)
+    points, lines = [], []
+    for load in loads:
+        need = int(load) if kind == "batch" else 1
+        if mem["max_batch"] < need:
+            lines.append(_no_fit_line(spec.model, mem, need))
+            points.append({"load": load, "fits": False, "best_gamma": None, "best_speedup": None,
+                           "recommended_gamma": 0, "realized_speedup": 1.0})
+            continue
+        if progress is not None:
+            progress(spec.model, load)
+        points.append(_simulate_point(dict(base, requests=_requests_for(kind, load, requests)), spec, kind,
+                                      load, gamma_max))
+    sims = [p for p in points if p["fits"]]
+    below = [p["load"] for p in sims if p["max_speedup"] < 1.0]
+    row = {"draft": spec.model, "spec": spec.text, "alpha": spec.alpha, "trace": spec.trace,
+           "alpha_source": "trace" if spec.trace else "given", "memory": dict(mem, fits=not lines,
+                                                                              message=lines[0] if lines else None),
+           "fits": bool(sims), "points": points,
+           "bands": bands(loads, [p["recommended_gamma"] for p in points], kind),
+           "break_even": below[0] if below else None,
+           "mean_realized_speedup": float(np.mean([p["realized_speedup"] for p in points])),
+           "first_speedup": sims[0]["best_speedup"] if sims and sims[0]["load"] == loads[0] else None,
+           "c": sims[0]["c"] if sims else None,
+           "clustering_delta": sims[0]["clustering_delta"] if sims else None}
+    row["bands_text"] = bands_text(row["bands"], kind)
+    return row
+
+
+def _ranked(rows: list[dict]) -> list[dict]:
+    """Drafts that fit, best first (mean realized speedup over the loads, then the first load's); ranks set."""
     fitting = [r for r in rows if r["fits"]]
     if not fitting:
         raise DoesNotFitError(rows[0]["memory"]["message"])
@@ -263,14 +274,7 @@ def choose_draft(hardware: str, target: str, drafts, *, batches=None, rates=None
         r["rank"] = i + 1
     for r in rows:
         r.setdefault("rank", None)
-    best = order[0]
-    out = {"hardware": hw.name, "target": target, "stack": st_name or "ideal", "tp": int(tp), "load_kind": kind,
-           "loads": loads, "gamma_max": int(gamma_max), "prompt_len": int(prompt_len), "output_len": int(output_len),
-           "seed": int(seed), "drafts": rows, "ranking": [r["draft"] for r in order]}
-    out["recommendation"] = {"draft": best["draft"], "spec": best["spec"], "bands": best["bands"],
-                             "break_even": best["break_even"], "mean_realized_speedup": best["mean_realized_speedup"],
-                             "text": recommendation_text(best, kind, loads)}
-    return out
+    return order
 
 
 def recommendation_text(row: dict, kind: str, loads: list) -> str:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specsim import profiles as prof
 from specsim import theory as th
-from specsim.cost.roofline import CostModel, cost_ratio_c
+from specsim.profiles.deployment import Deployment
 
 
 @dataclass(frozen=True)
@@ -49,14 +48,11 @@ def default_cases() -> list[Case]:
 
 
 def evaluate(case: Case, simulate: bool = True, requests: int = 16, seed: int = 0) -> dict:
-    hw = prof.hardware(case.hardware)
-    st = prof.stack(hw.default_stack)
-    target = CostModel(prof.model(case.target), hw, st, tp=case.tp)
-    draft = CostModel(prof.model(case.draft), hw, st, tp=case.tp)
-    c = cost_ratio_c(target, draft, context=case.prompt_len)
+    dep = Deployment.resolve(case.hardware, case.target, case.draft, tp=case.tp)
+    c = dep.c(case.prompt_len)
     g = th.optimal_gamma(case.alpha, c)
     row = {"study": case.study, "hardware": case.hardware, "target": case.target, "draft": case.draft,
-           "tp": case.tp, "alpha": case.alpha, "alpha_source": case.alpha_source, "stack": st.name, "c": c,
+           "tp": case.tp, "alpha": case.alpha, "alpha_source": case.alpha_source, "stack": dep.stack.name, "c": c,
            "gamma": g, "tokens_per_run_eq1": th.expected_tokens(case.alpha, g),
            "speedup_eq5": th.speedup(case.alpha, g, c)}
     if simulate:

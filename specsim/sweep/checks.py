@@ -18,16 +18,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specsim import profiles
-from specsim.config import SimConfig
+from specsim.config import FLAT_FIELDS, RuleViolation, SimConfig, field_of_loc
 from specsim.errors import ConfigError, SpecsimError
+from specsim.profiles.deployment import Deployment, load_profile, resolve_stack
 from specsim.sweep.grid import DATA_FIELDS, Grid, canonical_json, digest, source_label, sources
 from specsim.sweep.values import rule, shown
 
 FULL_CHECK_POINTS = 100_000
 PAIR_BUDGET = 200_000
 PATH_FIELDS = DATA_FIELDS  # data files a point reads: relative to the spec when written relative
-_FIELDS = list(SimConfig.model_fields)
+_FIELDS = list(FLAT_FIELDS)
 
 
 def check_points(g: Grid, path: Path, where) -> dict[str, list[SimConfig]]:
@@ -74,18 +74,21 @@ def _validate(g: Grid, i: int, path: Path, where) -> SimConfig:
 
 def _point_error(err: ValidationError, path: Path, where) -> ConfigError:
     e = err.errors()[0]
-    field = str(e["loc"][0]) if e["loc"] else None
+    field = field_of_loc(e["loc"])
     if e["type"] == "missing":
         return ConfigError("required field is missing (give it in [grid] or [fixed])", file=path,
                            field=where(field))
     msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-    if field is None:  # a model-level rule: name the first field the rule mentions
-        if "alpha and trace" in msg:
+    violation = (e.get("ctx") or {}).get("error")
+    if isinstance(violation, RuleViolation):  # a cross-field rule: blame the first field it names
+        if violation.fields == ("alpha", "trace"):
             return ConfigError("give exactly one of alpha and trace (in [grid], in [fixed], or as draft "
                                "'name:ALPHA')", file=path, field=where("alpha"))
+        return ConfigError(str(violation), file=path, field=where(violation.fields[0]))
+    if field is None:  # another model-level rule: name the first field the message mentions
         return ConfigError(msg, file=path, field=where(_first_field_named(msg) or "alpha"))
     return ConfigError(msg, file=path, field=where(field), value=shown(e.get("input")),
-                       allowed=rule(field).allowed() if field in SimConfig.model_fields else None)
+                       allowed=rule(field).allowed() if field in FLAT_FIELDS else None)
 
 
 def _first_field_named(msg: str) -> str | None:
@@ -104,7 +107,7 @@ def grid_key(reps: dict[str, list[SimConfig]], paired_drafts: bool) -> str:
     for name, cfgs in reps.items():
         if name:
             include = {name, "alpha", "trace"} if name == "draft" and paired_drafts else {name}
-            axes.append([name, [c.model_dump(mode="json", include=include) for c in cfgs]])
+            axes.append([name, [{k: v for k, v in c.flat(mode="json").items() if k in include} for c in cfgs]])
     return json.dumps({"point0": canonical_json(reps[""][0]), "axes": axes}, sort_keys=True)
 
 
@@ -125,33 +128,32 @@ def digests_of(configs: list[SimConfig], path: Path, where) -> dict:
 def check_files_and_profiles(points: list[SimConfig], path: Path, where) -> None:
     """Unknown profiles, unreadable profile files, missing traces and impossible TP fail now, not mid-sweep."""
     for f in PATH_FIELDS:
-        for value in sorted({getattr(p, f) for p in points} - {None}):
+        for value in sorted({p.get(f) for p in points} - {None}):
             problem = _file_problem(value)
             if problem:
                 raise ConfigError(problem, file=path, field=where(f), value=shown(value))
-    loaders = {"hardware": profiles.hardware, "target": profiles.model, "draft": profiles.model}
-    for f, load in loaders.items():
-        for name in sorted({getattr(p, f) for p in points}):
-            _load_profile(load, name, f, path, where)
-    distinct = [sorted({getattr(p, f) for p in points}, key=repr) for f in ("hardware", "stack", "tp")]
-    pairs = sorted({(p.target, p.draft) for p in points})
+    for f in ("hardware", "target", "draft"):
+        for name in sorted({p.get(f) for p in points}):
+            _load_profile(f, name, path, where)
+    distinct = [sorted({p.get(f) for p in points}, key=repr) for f in ("hardware", "stack", "tp")]
+    pairs = sorted({(p.deployment.target, p.deployment.draft) for p in points})
     for (hw_name, stack_name, tp), (target, draft) in itertools.product(itertools.product(*distinct), pairs):
-        hw = profiles.hardware(hw_name)
-        if stack_name is None:  # the hardware's default stack
+        hw = load_profile("hardware", hw_name)
+        if stack_name is None:  # the hardware's default stack (Deployment's stack rule)
             try:
-                stack = profiles.stack(hw.default_stack)
+                stack = resolve_stack(hw, None)
             except (ConfigError, OSError, ValueError) as e:
                 raise ConfigError(f"default stack {hw.default_stack!r} of hardware {hw_name!r} cannot be loaded "
                                   f"({e}); set 'stack' in [fixed] or [grid]", file=path,
                                   field=where("hardware")) from None
         else:
-            stack = _load_profile(profiles.stack, stack_name, "stack", path, where)
-        for f, m in (("target", target), ("draft", draft)):
-            _check_cost_model(profiles.model(m), hw, stack, tp, f, path, where)
-        t_arch, d_arch = profiles.model(target).architecture, profiles.model(draft).architecture
-        if t_arch != d_arch:
-            raise ConfigError(f"draft {draft!r} is {d_arch} but target {target!r} is {t_arch}", file=path,
-                              field=where("draft"), allowed=f"a {t_arch} draft")
+            stack = _load_profile("stack", stack_name, path, where, hw)
+        t, d = load_profile("target", target), load_profile("draft", draft)
+        if t.architecture != d.architecture:
+            raise ConfigError(f"draft {draft!r} is {d.architecture} but target {target!r} is {t.architecture}",
+                              file=path, field=where("draft"), allowed=f"a {t.architecture} draft")
+        for f, m in (("target", t), ("draft", d)):
+            _check_cost_model(Deployment(hw, stack, m, tp=tp), f, path, where)
 
 
 def _file_problem(value: str) -> str | None:
@@ -168,9 +170,9 @@ def _file_problem(value: str) -> str | None:
     return None
 
 
-def _load_profile(load, name, field: str, path: Path, where):
+def _load_profile(field: str, name, path: Path, where, hardware=None):
     try:
-        return load(name)
+        return load_profile(field, name, hardware)
     except ConfigError as e:
         if e.file is None:  # an unknown name
             raise ConfigError(f"unknown {field} profile", file=path, field=where(field), value=shown(e.value),
@@ -181,12 +183,11 @@ def _load_profile(load, name, field: str, path: Path, where):
                           field=where(field)) from None
 
 
-def _check_cost_model(model, hw, stack, tp: int, field: str, path: Path, where) -> None:
-    from specsim.cost.roofline import CostModel
-
+def _check_cost_model(dep: Deployment, field: str, path: Path, where) -> None:
+    """The roofline cost model of one model of the deployment (its `target`) builds and prices a pass."""
+    model, hw, tp = dep.target, dep.hardware, dep.tp
     try:
-        cm = CostModel(model, hw, stack, tp)
-        cm.pass_time_s(1, 1, 0)
+        dep.cost_models[0].pass_time_s(1, 1, 0)
     except SpecsimError as e:
         culprit = "tp" if getattr(e, "field", None) in ("tp", "interconnect_bandwidth_gb_s") else field
         raise ConfigError(f"{model.name} on {hw.name} (tp {tp}): {e}", file=path, field=where(culprit)) from None

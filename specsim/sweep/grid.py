@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from specsim import profiles
-from specsim.config import SimConfig
+from specsim.config import FLAT_FIELDS, SimConfig
+from specsim.profiles.deployment import file_digest, load_profile, profile_digest, resolve_stack
 
 # SimConfig fields naming data files a point reads (besides the profiles); content-hashed into the point ids
 DATA_FIELDS = tuple(f for f in ("trace", "arrivals_csv", "measured_target", "measured_draft", "step_table_target",
-                                "step_table_draft") if f in SimConfig.model_fields)
+                                "step_table_draft") if f in FLAT_FIELDS)
 # fields added to SimConfig after sweeps were first written enter a point's JSON (and id) only when set away from
 # their default, so such a field does not change the ids of points that do not use it
 _LATER_FIELDS = {"draft_catchup": False, "engine_profile": "specsim", "max_num_seqs": None,
@@ -30,7 +30,7 @@ _LATER_FIELDS = {"draft_catchup": False, "engine_profile": "specsim", "max_num_s
 
 
 def canonical_json(cfg: SimConfig) -> str:
-    d = cfg.model_dump(mode="json")
+    d = cfg.flat(mode="json")
     for k, default in _LATER_FIELDS.items():
         if d.get(k) == default:
             del d[k]
@@ -41,9 +41,10 @@ def canonical_json(cfg: SimConfig) -> str:
 
 def sources(cfg: SimConfig) -> list[tuple[str, str]]:
     """(kind, name) of every profile and file a point reads; kind is hardware / stack / model / file."""
-    out = [("hardware", cfg.hardware), ("model", cfg.target), ("model", cfg.draft)]
-    out.append(("stack", cfg.stack) if cfg.stack is not None else ("default-stack", cfg.hardware))
-    for f, v in cfg:
+    d = cfg.deployment
+    out = [("hardware", d.hardware), ("model", d.target), ("model", d.draft)]
+    out.append(("stack", d.stack) if d.stack is not None else ("default-stack", d.hardware))
+    for f, v in cfg.flat().items():
         if f in DATA_FIELDS and v is not None:
             out.append(("file", v))
         elif f not in DATA_FIELDS and isinstance(v, str) and f not in ("hardware", "target", "draft", "stack") \
@@ -58,32 +59,18 @@ def source_label(key: tuple[str, str]) -> str:
 
 
 def digest(key: tuple[str, str]) -> str:
-    """Content hash of one source: a profile as loaded (what the simulation uses), a data file's bytes."""
+    """Content hash of one source: a profile as loaded (what the simulation uses), a data file's bytes — the
+    hashing of `specsim.profiles.deployment` (`profile_digest`, `file_digest`), whose stack rule picks the default."""
     kind, name = key
     if kind == "file":
-        return _file_digest(name)
+        return file_digest(name)
     if kind == "stack" and name == "ideal":
         return "ideal"
     if kind == "default-stack":
-        obj = profiles.stack(profiles.hardware(name).default_stack)
+        obj = resolve_stack(load_profile("hardware", name), None)
     else:
-        obj = {"hardware": profiles.hardware, "stack": profiles.stack, "model": profiles.model}[kind](name)
-    return hashlib.sha256(obj.model_dump_json().encode()).hexdigest()[:16]
-
-
-_FILE_DIGESTS: dict[tuple, str] = {}
-
-
-def _file_digest(path: str) -> str:
-    st = os.stat(path)
-    key = (path, st.st_size, st.st_mtime_ns)
-    if key not in _FILE_DIGESTS:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _FILE_DIGESTS[key] = h.hexdigest()[:16]
-    return _FILE_DIGESTS[key]
+        obj = load_profile({"model": "target"}.get(kind, kind), name)
+    return profile_digest(obj)
 
 
 def _is_file(p: str) -> bool:

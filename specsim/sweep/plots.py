@@ -22,10 +22,10 @@ import pandas as pd
 from matplotlib import transforms
 from matplotlib.colors import TwoSlopeNorm
 
-from specsim.config import SimConfig
+from specsim.config import FLAT_FIELDS
 
 PANELS_PER_FIGURE = 12
-_CONFIG = [f for f in SimConfig.model_fields if f not in ("alpha", "trace")]
+_CONFIG = [f for f in FLAT_FIELDS if f not in ("alpha", "trace")]
 
 
 class PlotSkipped(Exception):

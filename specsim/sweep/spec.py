@@ -40,7 +40,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from specsim.config import SimConfig
+from specsim.config import FLAT_FIELDS, SimConfig
 from specsim.errors import ConfigError
 from specsim.sweep.checks import PATH_FIELDS, check_files_and_profiles, check_points, digests_of, grid_key
 from specsim.sweep.grid import Grid, canonical_json, ids_of, point_id, points_of, source_label  # noqa: F401
@@ -51,7 +51,7 @@ MAX_POINTS = 5_000_000
 _TOP_KEYS = {"name", "description", "fixed", "grid", "run"}
 _RUN_KEYS = {"point_fn", "chunk_size", "plots"}
 _PROFILE_FIELDS = ("hardware", "target", "draft", "stack")
-_FIELDS = list(SimConfig.model_fields)
+_FIELDS = list(FLAT_FIELDS)  # spec keys are the flat field names
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ def _check_shapes(fixed: dict, grid: dict, path: Path) -> None:
     for section, table in (("fixed", fixed), ("grid", grid)):
         for key, v in table.items():
             where = f"{section}.{key}"
-            if key not in SimConfig.model_fields:
+            if key not in FLAT_FIELDS:
                 raise ConfigError("unknown field", file=path, field=shown(where), allowed=", ".join(_FIELDS))
             if section == "fixed":
                 if isinstance(v, (list, dict)):

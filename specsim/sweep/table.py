@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.config import SimConfig
+from specsim.config import FLAT_FIELDS
 from specsim.errors import SpecsimError
 from specsim.sweep.spec import SweepSpec
 
@@ -132,12 +132,11 @@ def build_table(spec: SweepSpec, stored: list[tuple], sid: str, start: int = 0, 
     """Rows start..start+len(stored) of the results; `kinds` fixes the output columns' types (blockwise)."""
     import pyarrow as pa
 
-    fields = SimConfig.model_fields
-    points = spec.points[start:start + len(stored)]
+    points = [p.flat() for p in spec.points[start:start + len(stored)]]
     cols: dict[str, Any] = {"point": pa.array(range(start, start + len(stored)), pa.int64()),
                             "point_id": pa.array(spec.ids[start:start + len(stored)], pa.string())}
-    for name, info in fields.items():
-        cols[name] = pa.array([getattr(p, name) for p in points], _arrow_type(info.annotation))
+    for name, info in FLAT_FIELDS.items():
+        cols[name] = pa.array([p[name] for p in points], _arrow_type(info.annotation))
     outs = [_parse(r) for r, _ in stored]
     out_cols = _output_columns(outs) if kinds is None else _typed_columns(outs, kinds)
     for k, col in out_cols.items():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from specsim.config import SimConfig
+from specsim.config import FLAT_FIELDS
 from specsim.errors import ConfigError
 
 MAX_STRING = 4096  # longer than any path or profile name
@@ -55,7 +55,7 @@ def _num(x: float) -> str:
 @lru_cache(maxsize=None)
 def rule(field: str) -> Rule:
     """The check for one SimConfig field, read from its annotation and Field(ge=..., lt=...) bounds."""
-    info = SimConfig.model_fields[field]
+    info = FLAT_FIELDS[field]
     ann = info.annotation
     union = typing.get_origin(ann) in (typing.Union, types.UnionType)
     args = [a for a in (typing.get_args(ann) if union else (ann,)) if a is not type(None)]

@@ -16,9 +16,10 @@ so no rng and no sampling noise. At temperature 0 (β ∈ {0, 1}) the walk is de
   using the trace-wide mean and variance; NaN when β is constant (zero variance) or no pair exists.
 - `run_lengths(trace)`: mean over positions t of the expected number of consecutive acceptances starting at t,
   R_t = β_t (1 + R_{t+1}) (the tokens an oracle γ would accept there), against the i.i.d. value with the same α,
-  α(1 − α^m)/(1 − α) with m = positions left in the sequence — the geometric α/(1 − α), truncated at each
-  sequence's end so short sequences compare like with like. clustering_index = observed / i.i.d.: 1 for i.i.d.
-  β, above 1 when easy positions come in stretches. slot_decay is ignored here (a trace-level property).
+  α(1 − α^m)/(1 − α) = eq. (1) at γ = m, minus the bonus token, with m = positions left in the sequence — the
+  geometric α/(1 − α), truncated at each sequence's end so short sequences compare like with like.
+  clustering_index = observed / i.i.d.: 1 for i.i.d. β, above 1 when easy positions come in stretches.
+  slot_decay is ignored here (a trace-level property).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError
+from specsim.theory import expected_tokens
 from specsim.traces.format import Trace
 
 _MAX_CELLS = 1 << 20  # padded cells per chunk: bounds memory for long traces
@@ -61,7 +64,7 @@ def _check_int(name: str, value: int, lo: int, hi: int) -> int:
 
 def walk(trace: Trace, gamma: int) -> dict:
     """Exact draft walk over the trace: acceptance_by_position (length γ) and tokens_per_target_run."""
-    gamma = _check_int("gamma", gamma, 1, 64)
+    gamma = _check_int("gamma", gamma, 1, GAMMA_CAP)  # SimConfig's γ range
     f = np.array([trace.slot_factor(k) for k in range(gamma)])
     reached = np.zeros(gamma)
     accepted = np.zeros(gamma)
@@ -98,7 +101,7 @@ def acceptance_by_position(trace: Trace, gamma: int) -> np.ndarray:
 
 def autocorrelation(trace: Trace, max_lag: int) -> np.ndarray:
     """Lag-k autocorrelation of β for k = 1..max_lag, pooled over pairs within each sequence."""
-    max_lag = _check_int("max_lag", max_lag, 1, 100_000)
+    max_lag = _check_int("max_lag", max_lag, 1, 100_000)  # our choice: a bound on the loop, far past any use
     mean = trace.alpha
     var = float(np.mean((trace.beta - mean) ** 2))
     num = np.zeros(max_lag)
@@ -125,15 +128,8 @@ def run_lengths(trace: Trace) -> tuple[float, float]:
     observed = total / trace.n_tokens
     a = trace.alpha
     left = np.concatenate([np.arange(len(s), 0, -1, dtype=np.float64) for s in trace.sequences()])
-    iid = left if a >= 1.0 else a * (1.0 - a ** left) / (1.0 - a)
+    iid = expected_tokens(a, left) - 1.0  # Σ_{k=1..m} α^k (m = left; = m at α = 1)
     return observed, float(iid.mean())
-
-
-def eq1_tokens(alpha: float, gamma: int) -> float:
-    """Eq. (1): expected tokens per target run under i.i.d. β (γ + 1 at α = 1, which theory refuses)."""
-    from specsim.theory import expected_tokens
-
-    return float(gamma + 1) if alpha >= 1.0 else float(expected_tokens(alpha, gamma))
 
 
 def summarize(trace: Trace, gamma: int = 4, max_lag: int = 10) -> dict:
@@ -147,7 +143,7 @@ def summarize(trace: Trace, gamma: int = 4, max_lag: int = 10) -> dict:
         "gamma": int(gamma),
         "acceptance_by_position": [float(x) for x in w["acceptance_by_position"]],
         "tokens_per_target_run": float(w["tokens_per_target_run"]),
-        "tokens_per_target_run_eq1": eq1_tokens(trace.alpha, int(gamma)),
+        "tokens_per_target_run_eq1": float(expected_tokens(trace.alpha, int(gamma))),  # γ + 1 at α = 1
         "autocorrelation": [float(x) for x in autocorrelation(trace, max_lag)],
         "mean_run_length": observed,
         "mean_run_length_iid": iid,

@@ -23,7 +23,7 @@ from specsim.errors import ConfigError, check_range
 from specsim.rng import TRACE_SYNTH, stream
 from specsim.traces.format import Trace
 
-MAX_TOKENS = 100_000_000
+MAX_TOKENS = 100_000_000  # our choice: 800 MB of float64 β, the most a synthetic trace may allocate
 KINDS = ("iid", "beta", "markov", "decay")
 
 
@@ -105,6 +105,8 @@ class MarkovChain:
         return 1.0 - self.p_easy_to_hard - self.p_hard_to_easy
 
 
+# Defaults of the synthetic kinds (β_easy 0.95, β_hard 0.2, stretches of 20, κ = 20, decay 0.9) are our choice:
+# illustrative shapes — easy stretches nearly always accepted, hard ones mostly rejected — not fitted to a model.
 def markov_chain(alpha: float, mean_stretch: float, beta_easy: float = 0.95, beta_hard: float = 0.2) -> MarkovChain:
     """The chain `markov` samples from; ConfigError if α or the stretch length cannot be reached."""
     check_range("beta_easy", beta_easy, lo=0, hi=1)

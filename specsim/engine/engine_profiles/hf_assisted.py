@@ -31,24 +31,24 @@ import numpy as np
 
 from specsim.engine.acceptance import accepted_in_step
 from specsim.errors import ConfigError
-from specsim.engine.metrics import Records
+from specsim.engine.metrics import Records, RequestStep, request_step_columns
 
 
 def _refuse(cfg, wl, costs) -> None:
-    if wl.mode != "closed" or cfg.batch != 1 or cfg.replicas != 1:
+    if wl.mode != "closed" or cfg.workload.batch != 1 or cfg.workload.replicas != 1:
         raise ConfigError("Hugging Face assisted generation runs batch 1 only (transformers raises for "
                           "batch_size > 1)", field="--engine-profile", value="hf-assisted",
                           allowed="--batch 1 without --rate / --arrivals / --replicas, or --engine-profile specsim "
                                   "or vllm-v1")
     if costs.fixed_c is not None:
         raise ConfigError("hf-assisted prices real passes (prefill fused into round 1)", field="--fixed-c",
-                          value=cfg.fixed_c, allowed="unset, or --engine-profile specsim")
-    if cfg.policy != "fixed":
-        raise ConfigError("the profile runs a constant num_assistant_tokens", field="--policy", value=cfg.policy,
-                          allowed="fixed")
+                          value=cfg.deployment.fixed_c, allowed="unset, or --engine-profile specsim")
+    if cfg.speculation.policy != "fixed":
+        raise ConfigError("the profile runs a constant num_assistant_tokens", field="--policy",
+                          value=cfg.speculation.policy, allowed="fixed")
     if costs.target.model.architecture != "decoder":
         raise ConfigError("the hf-assisted profile simulates decoder-only models", field="--target",
-                          value=cfg.target, allowed="a decoder-only model profile")
+                          value=cfg.deployment.target, allowed="a decoder-only model profile")
 
 
 class _Passes:
@@ -104,16 +104,14 @@ def _records(wl, per_req: list, spec: bool) -> Records:
             if j == 0:
                 first[i] = now
                 if spec and g:
-                    rs.append((len(ends) - 1, i, acc_n, g))
+                    rs.append(RequestStep(len(ends) - 1, i, acc_n, g))
             else:
-                rs.append((len(ends) - 1, i, acc_n, g))
+                rs.append(RequestStep(len(ends) - 1, i, acc_n, g))
         finish[i] = now
-    r = np.array(rs, dtype=np.int64).reshape(-1, 4)
     return Records(arrival_s=arrival, admit_s=arrival.copy(), first_token_s=first, finish_s=finish,
                    output_len=wl.output_len, step_end_s=np.array(ends), step_dur_s=np.array(durs),
                    step_batch=np.ones(len(ends), np.int64), step_gamma=np.array(gams, np.int64),
-                   step_bytes=np.array(byts), step_flops=np.array(flos), rs_step=r[:, 0], rs_request=r[:, 1],
-                   rs_accepted=r[:, 2], rs_gamma=r[:, 3])
+                   step_bytes=np.array(byts), step_flops=np.array(flos), **request_step_columns(rs))
 
 
 def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):

@@ -16,13 +16,13 @@ from specsim.engine.fastpath import eligible, run_fast
 
 
 def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
-    fast = cfg.engine == "fast" or (cfg.engine == "auto" and eligible(wl, cfg.replicas))
+    fast = cfg.engine.engine == "fast" or (cfg.engine.engine == "auto" and eligible(wl, cfg.workload.replicas))
     if fast:
-        if not eligible(wl, cfg.replicas):
+        if not eligible(wl, cfg.workload.replicas):
             raise ConfigError("the fast path simulates closed-loop batch 1 only", field="engine", value="fast",
                               allowed="simpy or auto, or batch 1 without rate / arrivals_csv / replicas")
         spec, base = run_fast(wl, costs, acc, policy), run_fast(wl, costs)
     else:
-        spec = run_engine(wl, costs, acc, policy, mem_spec, cfg.replicas)
-        base = run_engine(wl, costs, None, None, mem_base, cfg.replicas)
+        spec = run_engine(wl, costs, acc, policy, mem_spec, cfg.workload.replicas)
+        base = run_engine(wl, costs, None, None, mem_base, cfg.workload.replicas)
     return spec, base, {"engine": "fast" if fast else "simpy"}

@@ -38,7 +38,7 @@ import numpy as np
 from specsim.engine.acceptance import accepted_in_step
 from specsim.cost.roofline import kv_bytes_per_token_per_chip
 from specsim.errors import DoesNotFitError
-from specsim.engine.metrics import Records
+from specsim.engine.metrics import Records, RequestStep, StepRow, request_step_columns, step_columns
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default (config/cache.py CacheConfig.gpu_memory_utilization)
 
@@ -76,8 +76,8 @@ class VllmV1Engine:
         n = wl.n
         self.arrival = wl.arrival_s.astype(float).copy()
         self.admit, self.first, self.finish = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-        self.steps: list[tuple] = []
-        self.rs: list[tuple] = []
+        self.steps: list[StepRow] = []
+        self.rs: list[RequestStep] = []
         self.scheduled: list[tuple[int, int, int]] = []  # per step: (tokens, requests, prefill-chunk tokens)
         self.preemptions = 0
         self.reqs = [_Req(i, int(wl.prompt_len[i]), int(wl.output_len[i])) for i in range(n)]
@@ -188,7 +188,7 @@ class VllmV1Engine:
         end = now + t
         si = len(self.steps)
         self.scheduled.append((int(new.sum()), len(sched), prefill_tokens))
-        self.steps.append((end, t, len(sched), self.k, b, f))
+        self.steps.append(StepRow(end, t, len(sched), self.k, b, f))
         for r, first, a, d in sampled:
             if first:
                 self.first[r.i] = end
@@ -196,7 +196,7 @@ class VllmV1Engine:
                     r.gen = self.acc.generator(r.i)
                     r.pos = int(self.acc.walk_start(r.i)) + 1
             else:
-                self.rs.append((si, r.i, a, d))
+                self.rs.append(RequestStep(si, r.i, a, d))
         return end, finished
 
     # --- the loop ------------------------------------------------------------------------------------------
@@ -239,15 +239,8 @@ class VllmV1Engine:
         return self._records()
 
     def _records(self) -> Records:
-        st = np.array(self.steps, dtype=float).reshape(-1, 6)
-        rs = np.array(self.rs, dtype=np.int64).reshape(-1, 4)
-        order = np.lexsort((rs[:, 0], rs[:, 1]))
-        rs = rs[order]
         return Records(arrival_s=self.arrival, admit_s=self.admit, first_token_s=self.first, finish_s=self.finish,
-                       output_len=self.wl.output_len, step_end_s=st[:, 0], step_dur_s=st[:, 1],
-                       step_batch=st[:, 2].astype(np.int64), step_gamma=st[:, 3].astype(np.int64),
-                       step_bytes=st[:, 4], step_flops=st[:, 5], rs_step=rs[:, 0], rs_request=rs[:, 1],
-                       rs_accepted=rs[:, 2], rs_gamma=rs[:, 3])
+                       output_len=self.wl.output_len, **step_columns(self.steps), **request_step_columns(self.rs))
 
 
 def pool_blocks(cfg: VllmV1Config, cost_models: list, spec: bool) -> int:

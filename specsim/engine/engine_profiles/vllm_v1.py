@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from specsim.engine.engine_profiles.step_costs import RooflinePricer, StepTable
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine, pool_blocks
+from specsim.config import flag
 from specsim.errors import ConfigError
 
 
@@ -25,27 +26,28 @@ def default_budget(hardware) -> tuple[int, int]:
 
 
 def _refuse(cfg, wl) -> None:
-    bad = [("policy", cfg.policy != "fixed", cfg.policy, "fixed (vLLM drafts num_speculative_tokens every step)"),
-           ("replicas", cfg.replicas != 1, cfg.replicas, "1 (one vLLM engine; run replicas as separate points)"),
-           ("fixed_c", cfg.fixed_c is not None, cfg.fixed_c, "unset (vllm-v1 prices ragged steps)"),
-           ("measured_target", cfg.measured_target is not None, cfg.measured_target,
+    d, w, policy = cfg.deployment, cfg.workload, cfg.speculation.policy
+    bad = [("policy", policy != "fixed", policy, "fixed (vLLM drafts num_speculative_tokens every step)"),
+           ("replicas", w.replicas != 1, w.replicas, "1 (one vLLM engine; run replicas as separate points)"),
+           ("fixed_c", d.fixed_c is not None, d.fixed_c, "unset (vllm-v1 prices ragged steps)"),
+           ("measured_target", d.measured_target is not None, d.measured_target,
             "unset; give a vLLM step table with --step-table-target"),
-           ("measured_draft", cfg.measured_draft is not None, cfg.measured_draft,
+           ("measured_draft", d.measured_draft is not None, d.measured_draft,
             "unset; give a vLLM step table with --step-table-draft"),
-           ("max_batch", cfg.max_batch is not None, cfg.max_batch, "unset; vLLM's cap is --max-num-seqs"),
-           ("draft_catchup", cfg.draft_catchup, True, "unset (vLLM's draft pass covers the step's tokens)")]
+           ("max_batch", w.max_batch is not None, w.max_batch, "unset; vLLM's cap is --max-num-seqs"),
+           ("draft_catchup", d.draft_catchup, True, "unset (vLLM's draft pass covers the step's tokens)")]
     for field, is_bad, value, allowed in bad:
         if is_bad:
-            raise ConfigError("not what the vllm-v1 engine profile models", field="--" + field.replace("_", "-"),
+            raise ConfigError("not what the vllm-v1 engine profile models", field=flag(field),
                               value=value, allowed=allowed)
 
 
 def _config(cfg, hardware) -> VllmV1Config:
     mnbt, mns = default_budget(hardware)
-    return VllmV1Config(max_num_seqs=cfg.max_num_seqs or mns,
-                        max_num_batched_tokens=cfg.max_num_batched_tokens or mnbt,
-                        block_size=cfg.block_size or 16, num_gpu_blocks=cfg.num_gpu_blocks,
-                        long_prefill_token_threshold=cfg.long_prefill_token_threshold)
+    return VllmV1Config(max_num_seqs=cfg.engine.max_num_seqs or mns,
+                        max_num_batched_tokens=cfg.engine.max_num_batched_tokens or mnbt,
+                        block_size=cfg.engine.block_size or 16, num_gpu_blocks=cfg.engine.num_gpu_blocks,
+                        long_prefill_token_threshold=cfg.engine.long_prefill_token_threshold)
 
 
 def _pricer(cm, table_path: str | None):
@@ -55,10 +57,10 @@ def _pricer(cm, table_path: str | None):
 def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
     _refuse(cfg, wl)
     if target is None or target.model.architecture != "decoder":
-        raise ConfigError("the vllm-v1 profile simulates decoder-only models", field="--target", value=cfg.target,
-                          allowed="a decoder-only model profile")
+        raise ConfigError("the vllm-v1 profile simulates decoder-only models", field="--target",
+                          value=cfg.deployment.target, allowed="a decoder-only model profile")
     vc = _config(cfg, target.hardware)
-    tp, dp = _pricer(target, cfg.step_table_target), _pricer(draft, cfg.step_table_draft)
+    tp, dp = _pricer(target, cfg.engine.step_table_target), _pricer(draft, cfg.engine.step_table_draft)
     spec = VllmV1Engine(wl, vc, tp, dp, acc, k=policy.gamma, blocks=pool_blocks(vc, [target, draft], True))
     base = VllmV1Engine(wl, vc, tp, None, None, k=0, blocks=pool_blocks(vc, [target, draft], False))
     rs, rb = spec.run(), base.run()

@@ -1,0 +1,36 @@
+"""γ policies: how many tokens to draft per step, one strategy object per file, chosen with `--policy NAME`.
+
+The protocol the engines see is `base.Policy` (draws per step, largest step, the next γ per request from the last
+outcome and the live batch size, the closed-form baseline). In a batch, requests may use different γ: every
+request draws and is judged against its own γ, but the pass count of the iteration is the batch's largest γ (the
+other requests idle through the extra draft passes and pad the verification pass to B·(γ_max + 1) positions, as
+static-shape serving engines do).
+
+A new policy is one module here with a `Policy` subclass (its `build` classmethod makes it from the config) and
+one entry in POLICIES (plus its name in `specsim.config.Policy`).
+"""
+
+from __future__ import annotations
+
+from specsim.engine.policies.bands import BandsPolicy
+from specsim.engine.policies.base import Baseline, Policy, Step
+from specsim.engine.policies.fixed import FixedPolicy
+from specsim.engine.policies.heuristic import HeuristicPolicy, heuristic_schedule
+from specsim.engine.policies.optimal import OptimalPolicy
+from specsim.engine.policies.oracle import OraclePolicy
+
+POLICIES: dict[str, type[Policy]] = {"fixed": FixedPolicy, "optimal": OptimalPolicy, "heuristic": HeuristicPolicy,
+                                     "oracle": OraclePolicy, "bands": BandsPolicy}
+
+__all__ = ["POLICIES", "Baseline", "BandsPolicy", "FixedPolicy", "HeuristicPolicy", "OptimalPolicy", "OraclePolicy",
+           "Policy", "Step", "heuristic_schedule", "make_policy"]
+
+
+def make_policy(name: str, gamma: int, alpha: float, c: float, cfg=None) -> Policy:
+    """The policy `name` for a run: the configured γ, the run's α (after lenience), the derived c, and the
+    SimConfig (for what a policy reads beyond those, e.g. the bands)."""
+    cls = POLICIES.get(name)
+    if cls is None:
+        from specsim.errors import ConfigError
+        raise ConfigError("unknown policy", field="policy", value=name, allowed=", ".join(POLICIES))
+    return cls.build(gamma, alpha, c, cfg)

@@ -1,0 +1,181 @@
+"""Deployment: hardware, stack, TP degrees, target and draft, resolved once — what every command prices passes with.
+
+`Deployment.resolve(hardware, target, draft, stack=..., tp=...)` (or `.from_config(cfg)`) turns names or paths into
+profiles by one rule each, and then yields:
+- `cost_models`: the target's and the draft's pass-time models — the roofline `CostModel` (its TP degree checked by
+  `check_tp`), or the measured tables (`MeasuredCosts`) where `measured_target` / `measured_draft` are given;
+- `memory(spec_extra)`: the admission-control inputs (`steptime.Memory`) with and without the draft;
+- `peak_bytes_s`, `peak_flops`: the datasheet peaks MBU and MFU are fractions of;
+- `c(prompt_len, batch)`: the cost coefficient c (`roofline.cost_ratio_c`, the one definition);
+- `hashes`: a content hash of every profile and table it read (the sweep's point ids hash the same way).
+
+The stack rule, the same for every command (simulate, compare, choose-draft, roofline, calibrate's base, the
+sweep): no stack (or 'default') = the hardware's `default_stack` (the idealized roofline when it names none);
+'ideal' = the idealized roofline; anything else = that stack profile's name or TOML path.
+The draft's TP degree defaults to the target's (`draft_tp`); today every cost model shares it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import cached_property
+
+from specsim.config import flag
+from specsim.errors import ConfigError
+from specsim.profiles import loader
+from specsim.profiles.schema import HardwareProfile, ModelProfile, StackProfile
+
+DEFAULT_STACK = "default"  # spelled out: the same as giving no stack
+STACK_HELP = ("software-stack profile name or TOML path; 'ideal' = the idealized roofline; default: the "
+              "hardware's default_stack")
+
+
+def resolve_stack(hardware: HardwareProfile, name: str | None) -> StackProfile:
+    """The one stack rule (see the module docstring)."""
+    if name is None or name == DEFAULT_STACK:
+        return loader.stack(hardware.default_stack)  # None -> the idealized roofline
+    return loader.stack(name)
+
+
+# --- content hashes: one function for profiles, one for data files (the sweep's point ids use both) -------------
+
+def profile_digest(profile) -> str:
+    """Content hash of a profile as loaded (what the simulation uses), not of its file's bytes."""
+    return hashlib.sha256(profile.model_dump_json().encode()).hexdigest()[:16]
+
+
+_FILE_DIGESTS: dict[tuple, str] = {}
+
+
+def file_digest(path: str) -> str:
+    """Content hash of a data file's bytes (cached by path, size and modification time)."""
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _FILE_DIGESTS[key] = h.hexdigest()[:16]
+    return _FILE_DIGESTS[key]
+
+
+_LOADERS = {"hardware": loader.hardware, "stack": loader.stack, "target": loader.model, "draft": loader.model}
+
+
+def load_profile(role: str, name, hardware: HardwareProfile | None = None):
+    """The profile for one role (hardware, stack, target, draft) by the loader; an unknown *name* is refused
+    naming the role, not the kind ("unknown draft profile"). A stack follows `resolve_stack` on `hardware`."""
+    load = (lambda n: resolve_stack(hardware, n)) if role == "stack" and hardware is not None else _LOADERS[role]
+    try:
+        return load(name)
+    except ConfigError as e:
+        if e.file is None and e.field in ("hardware", "stack", "model"):
+            raise ConfigError(f"unknown {role} profile{str(e.message).removeprefix(f'unknown {e.field} profile')}",
+                              field=role, value=e.value, allowed=e.allowed) from None
+        raise
+
+
+@dataclass(frozen=True)
+class Deployment:
+    hardware: HardwareProfile
+    stack: StackProfile
+    target: ModelProfile
+    draft: ModelProfile | None = None
+    tp: int = 1
+    draft_tp: int | None = None  # None = the target's tp
+    measured_target: str | None = None  # CSV of measured pass times instead of the roofline
+    measured_draft: str | None = None
+
+    @classmethod
+    def resolve(cls, hardware: str, target: str, draft: str | None = None, *, stack: str | None = None, tp: int = 1,
+                draft_tp: int | None = None, measured_target: str | None = None,
+                measured_draft: str | None = None) -> "Deployment":
+        hw = load_profile("hardware", hardware)
+        st = load_profile("stack", stack, hw)
+        t = load_profile("target", target)
+        d = None if draft is None else load_profile("draft", draft)
+        return cls(hw, st, t, d, tp, draft_tp, measured_target, measured_draft)
+
+    @classmethod
+    def from_config(cls, cfg) -> "Deployment":
+        """From a SimConfig (or its deployment group)."""
+        d = getattr(cfg, "deployment", cfg)
+        return cls.resolve(d.hardware, d.target, d.draft, stack=d.stack, tp=d.tp, measured_target=d.measured_target,
+                           measured_draft=d.measured_draft)
+
+    @property
+    def draft_tp_degree(self) -> int:
+        return self.tp if self.draft_tp is None else self.draft_tp
+
+    # --- what it yields ---------------------------------------------------------------------------------------
+    @cached_property
+    def cost_models(self) -> tuple:
+        """(target, draft) pass-time models; the draft's is None without a draft."""
+        t = self._cost_model(self.target, self.tp, self.measured_target, flag("measured_target"))
+        if self.draft is None:
+            return t, None
+        if self.target.architecture != self.draft.architecture:
+            raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="draft",
+                              value=self.draft.name, allowed=f"a {self.target.architecture} model like the target")
+        return t, self._cost_model(self.draft, self.draft_tp_degree, self.measured_draft, flag("measured_draft"))
+
+    def _cost_model(self, model: ModelProfile, tp: int, measured: str | None, field: str):
+        from specsim.cost.roofline import CostModel, check_tp
+
+        if measured is None:
+            return CostModel(model, self.hardware, self.stack, tp=tp)
+        check_tp(model, self.hardware, tp)
+        return _measured(model, self.hardware, tp, measured, field)
+
+    def memory(self, spec_extra: int):
+        """(speculative, baseline) admission control: weights + KV per chip, with and without the draft."""
+        from specsim.cost.steptime import Memory
+
+        target, draft = self.cost_models
+        return Memory([target, draft], spec_extra), Memory([target], 0)
+
+    @property
+    def peak_bytes_s(self) -> float:
+        return self.hardware.bandwidth_bytes_s
+
+    @property
+    def peak_flops(self) -> float:
+        return self.hardware.peak_flops(self.target.dtype)
+
+    def c(self, prompt_len: int = 0, batch: int = 1) -> float:
+        """c = T_draft / T_target of one decode step at the first step's live context (`cost_ratio_c`)."""
+        from specsim.cost.roofline import cost_ratio_c
+
+        return cost_ratio_c(*self.cost_models, prompt_len, batch)
+
+    @cached_property
+    def hashes(self) -> dict[str, str]:
+        """Content hash of every profile and table this deployment read."""
+        out = {"hardware": profile_digest(self.hardware), "stack": profile_digest(self.stack),
+               "target": profile_digest(self.target)}
+        if self.draft is not None:
+            out["draft"] = profile_digest(self.draft)
+        for k in ("measured_target", "measured_draft"):
+            if getattr(self, k) is not None:
+                out[k] = file_digest(getattr(self, k))
+        return out
+
+
+def _measured(model: ModelProfile, hardware: HardwareProfile, tp: int, path: str, field: str):
+    """Measured cost mode: pass times interpolated from the CSV at `path` (decoder-only models)."""
+    import csv
+
+    from specsim.cost.measured import MeasuredCosts
+
+    if model.architecture == "encoder-decoder":
+        raise ConfigError("measured cost mode supports decoder-only models", field=field, value=path,
+                          allowed=f"a decoder-only model (got {model.name}, {model.architecture})")
+    try:
+        mc = MeasuredCosts.read_csv(path, model, hardware, field=field)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:  # FileNotFoundError is already a ConfigError
+        raise ConfigError(f"cannot read measured table ({type(e).__name__})", file=path, field=field) from None
+    mc.tp = tp  # the table times the whole TP group; memory accounting is per chip like the roofline's
+    return mc

@@ -1,0 +1,86 @@
+"""SimConfig's groups, its one flat <-> nested mapping, the `simulate` options generated from it, and the flags its
+error messages name: every flag a message names is a real `simulate` option."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.main import get_command
+
+from specsim.cli import app, main
+from specsim.config import CLI_ALIASES, FLAT, FLAT_FIELDS, GROUPS, SimConfig, flag
+from specsim.errors import ConfigError
+from specsim.simulate import make_config
+
+REPO = Path(__file__).resolve().parents[1]
+PAIR = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def _simulate_options() -> set[str]:
+    cmd = get_command(app).commands["simulate"]
+    return {o for p in cmd.params for o in list(p.opts) + list(p.secondary_opts)}
+
+
+def test_simulate_options_are_the_fields_flags():
+    assert _simulate_options() == {flag(f) for f in FLAT} | {"--json"}
+    assert all(f in FLAT for f in CLI_ALIASES) and flag("arrivals_csv") == "--arrivals"
+    assert flag("slo_ttft_s") == "--slo-ttft" and flag("max_num_seqs") == "--max-num-seqs"  # vLLM's own name
+
+
+def test_flat_mapping_round_trips_in_the_sweep_column_order():
+    cfg = SimConfig(**PAIR, alpha=0.6, gamma=3, batch=8, engine="fast", slo_ttft_s=0.5)
+    assert list(cfg.flat()) == list(FLAT) == list(FLAT_FIELDS)
+    assert SimConfig.from_flat(cfg.flat()) == cfg == SimConfig.model_validate(cfg.model_dump())
+    assert (cfg.deployment.hardware, cfg.speculation.gamma, cfg.workload.batch, cfg.engine.engine) == \
+        ("h100-sxm", 3, 8, "fast")
+    assert cfg.get("slo_ttft_s") == cfg.slo.slo_ttft_s == 0.5
+    assert set(GROUPS) == {"deployment", "acceptance", "speculation", "workload", "slo", "engine"}
+    r = cfg.replace(gamma=5)
+    assert r.speculation.gamma == 5 and r.workload.model_fields_set == {"batch"}  # unset fields stay unset
+    with pytest.raises(ValueError, match="gamma given twice"):
+        SimConfig(**PAIR, alpha=0.6, gamma=3, speculation={"gamma": 4})
+
+
+# every cross-field rule and a bad value of every bounded field, through the path the CLI takes
+RULES = [dict(), dict(alpha=0.5, trace="t.csv"), dict(alpha=0.5, rate=1.0, arrivals_csv="a.csv"),
+         dict(alpha=0.5, fixed_c=0.1, measured_target="m.csv"),
+         dict(alpha=0.5, num_speculative_tokens_per_batch_size=[[1, 4, 2]]),
+         dict(alpha=0.5, policy="bands", num_speculative_tokens_per_batch_size=[[4, 1, 2]]),
+         dict(alpha=0.5, long_prefill_token_threshold=8)] + \
+        [dict(alpha=0.5, **{f: 1}) for f in ("max_num_seqs", "max_num_batched_tokens", "block_size",
+                                             "num_gpu_blocks", "step_table_target", "step_table_draft")]
+
+
+def _bad_values():
+    for name, info in FLAT_FIELDS.items():
+        for m in info.metadata:
+            lo = getattr(m, "ge", None) if getattr(m, "ge", None) is not None else getattr(m, "gt", None)
+            if lo is not None:
+                yield dict(alpha=0.5, **{name: lo - 1}) if name != "alpha" else dict(alpha=-1.0)
+
+
+@pytest.mark.parametrize("kw", RULES + list(_bad_values()), ids=lambda kw: ",".join(kw))
+def test_every_flag_a_config_error_names_is_a_simulate_option(kw):
+    with pytest.raises(ConfigError) as e:
+        make_config(**PAIR, **kw)
+    named = set(FLAG.findall(str(e.value)))
+    assert named and named <= _simulate_options(), str(e.value)  # a rule names its fields by their flags
+
+
+def test_engine_messages_name_real_flags():
+    """The flags written into the engine's and the cost path's messages exist (scanned from the source)."""
+    files = [*REPO.glob("specsim/engine/**/*.py"), REPO / "specsim/simulate.py", REPO / "specsim/config.py",
+             REPO / "specsim/profiles/deployment.py"]
+    found = {f for p in files for f in FLAG.findall(p.read_text())} - {"--field-name"}  # a docstring's pattern
+    assert found and found <= _simulate_options(), found - _simulate_options()
+
+
+def test_cli_rule_errors_say_the_real_flag(capsys):
+    argv = ["simulate", *sum((["--" + k, v] for k, v in PAIR.items()), []), "--alpha", "0.5"]
+    assert main(argv + ["--rate", "2", "--arrivals", "x.csv"]) == 2
+    assert "give at most one of --rate and --arrivals" in capsys.readouterr().err
+    assert main(argv + ["--slo-ttft", "0"]) == 2
+    assert "field '--slo-ttft'" in capsys.readouterr().err
