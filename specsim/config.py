@@ -96,8 +96,10 @@ class EngineConfig(_Group):
     """Which kernel runs the loop, and the engine profile: how a serving engine schedules a step
     (specsim.engine.engine_profiles); the vllm-v1 options carry vLLM's own flag names."""
 
-    engine: Engine = Field(default="simpy", description="'simpy' = the discrete-event engine of record; 'fast' = "
-                           "the vectorized batch-1 path (closed loop, batch 1 only); 'auto' = fast when eligible")
+    engine: Engine = Field(default="auto", description="'auto' (default) = the fast path where it "
+                           "is exact (closed loop, batch 1, one replica: the same accepted counts as SimPy, times "
+                           "equal to float rounding), else SimPy; 'simpy' = the discrete-event engine of record; "
+                           "'fast' = the vectorized batch-1 path only")
     engine_profile: EngineProfile = Field(default="specsim", description="'specsim' = specsim's own engine: one "
                                           "draft-then-verify iteration over the batch, prefill stalling it; "
                                           "'hf-assisted' = Hugging Face assisted generation at batch 1 (prefill "

@@ -46,7 +46,7 @@ def test_fast_path_gives_the_engines_accepted_counts_and_times(kw, traces):
     kw = dict(kw)
     if "trace" in kw:
         kw["trace"] = traces[kw["trace"]]
-    cfg = make_config(**HW, requests=7, prompt_len=96, output_len=150, seed=9, **kw)
+    cfg = make_config(**HW, requests=7, prompt_len=96, output_len=150, seed=9, engine="simpy", **kw)
     eng = simulate(cfg)
     fast = simulate(cfg.replace(**{"engine": "fast"}))
     assert eng.summary["engine"] == "simpy" and fast.summary["engine"] == "fast"
@@ -73,6 +73,12 @@ def test_fast_path_on_an_encoder_decoder_pair():
     eng, fast = run(cfg), run(cfg.replace(**{"engine": "fast"}))
     for k in ("speedup", "walltime_s", "baseline_walltime_s", "ttft_p50_s", "tpot_p99_s", "mbu_mean"):
         assert fast[k] == pytest.approx(eng[k], rel=1e-9), k
+
+
+def test_the_default_engine_is_auto():
+    """No --engine: the fast path at closed-loop batch 1 (where it is exact), SimPy elsewhere."""
+    assert run(make_config(**HW, alpha=0.7, requests=2, output_len=20))["engine"] == "fast"
+    assert run(make_config(**HW, alpha=0.7, requests=4, output_len=20, batch=2))["engine"] == "simpy"
 
 
 def test_auto_picks_the_fast_path_only_where_it_is_exact():
