@@ -85,6 +85,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     profile = engine_profiles.get(cfg.engine.engine_profile)
     spec, base, extra = profile.run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base)
     summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem_spec)
+    summary.update(_cost_keys(cfg, dep, spec, base, summary))
     summary["engine_profile"] = cfg.engine.engine_profile
     summary.update(extra)
     return SimResult(cfg, summary, wl, spec, base)
@@ -127,6 +128,26 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
         out["memory_capacity_gb"] = mem.capacity / 1e9
     out.update(policy.summary())
     return out
+
+
+def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: dict) -> dict:
+    """J/token and $/Mtok of both runs (`specsim.cost.power`); None under fixed_c or without the figures."""
+    from specsim.cost.power import per_token, run_energy_j, run_usd
+
+    keys: dict = {}
+    tp, replicas = cfg.deployment.tp, cfg.workload.replicas
+    for prefix, rec in (("", spec), ("baseline_", base)):
+        wall, tokens = out[f"{prefix}walltime_s"], int(rec.output_len.sum())
+        e = usd = None
+        if dep is not None:
+            e = run_energy_j(dep.hardware, tp, replicas, wall, rec.step_dur_s, rec.step_bytes, rec.step_flops,
+                             dep.peak_bytes_s, dep.peak_flops)
+            usd = run_usd(dep.hardware, tp, replicas, wall)
+        keys[f"{prefix}energy_j_per_token"] = per_token(e, tokens)
+        keys[f"{prefix}usd_per_mtok"] = per_token(usd, tokens, 1e6)
+    keys["energy_ratio"] = _ratio(keys["energy_j_per_token"], keys["baseline_energy_j_per_token"])
+    keys["usd_ratio"] = _ratio(keys["usd_per_mtok"], keys["baseline_usd_per_mtok"])
+    return keys
 
 
 def _ratio(a, b):

@@ -95,6 +95,10 @@ def _human(cfg, r: dict) -> None:
         ("draft acceptance rate", r["draft_acceptance_rate"], r["draft_acceptance_rate_eq"], "α(1−α^γ)/((1−α)γ)"),
     ], caption=f"speedup = {'makespan' if r['mode'] == 'closed' else 'mean end-to-end latency'} ratio against "
                f"plain decoding of the same requests; times in {unit}")
+    table("Energy and cost (all chips: tp × replicas)", ["quantity", "speculative", "baseline", "spec / baseline"], [
+        ("J / output token", r["energy_j_per_token"], r["baseline_energy_j_per_token"], r["energy_ratio"]),
+        ("$ / M output tokens", r["usd_per_mtok"], r["baseline_usd_per_mtok"], r["usd_ratio"]),
+    ], caption="blank: the hardware profile has no tdp_w/idle_w or price_usd_per_hour (specsim/cost/power.py)")
     rows = []
     for m, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end-to-end")):
         rows.append((name, r[f"{m}_p50_s"], r[f"{m}_p90_s"], r[f"{m}_p99_s"], r[f"baseline_{m}_p50_s"],

@@ -68,8 +68,25 @@ class HardwareProfile(_Strict):
     chips_per_node: int = Field(default=1, ge=1, le=1024,
                                 description="chips one tensor-parallel group may span (a node, host or slice)")
     default_stack: str | None = Field(default=None, description="stack profile used in calibrated mode")
+    # Cost and power (specsim.cost.power), per chip; optional: a result's $/Mtok or J/token is null without them.
+    # A user prices their own contract or measured power by copying the profile TOML and editing these lines.
+    price_usd_per_hour: float | None = Field(default=None, gt=0, le=1e4, description="on-demand price per chip")
+    tdp_w: float | None = Field(default=None, gt=0, le=1e5, description="datasheet TDP / max board power per chip")
+    idle_w: float | None = Field(default=None, ge=0, le=1e5, description="idle floor per chip (calibratable)")
     _floors = {"peak_tflops": 1e-6, "memory_bandwidth_gb_s": 1e-3, "memory_capacity_gb": 1e-3,
-               "interconnect_bandwidth_gb_s": 1e-3}
+               "interconnect_bandwidth_gb_s": 1e-3, "price_usd_per_hour": 1e-6, "tdp_w": 1e-3}
+
+    @model_validator(mode="after")
+    def _power_pair(self) -> "HardwareProfile":
+        """The power model needs both figures, and the idle floor cannot exceed the maximum."""
+        if (self.tdp_w is None) != (self.idle_w is None):
+            have, lack = ("tdp_w", "idle_w") if self.idle_w is None else ("idle_w", "tdp_w")
+            raise FieldError(f"{have} needs {lack} (the power model uses both)", field=lack, value=None,
+                             allowed=f"set both tdp_w and idle_w, or neither (idle_w = 0 is allowed)")
+        if self.tdp_w is not None and self.idle_w > self.tdp_w:
+            raise FieldError("the idle floor exceeds the maximum power", field="idle_w", value=self.idle_w,
+                             allowed=f"<= tdp_w = {self.tdp_w:g}")
+        return self
 
     def peak_flops(self, dtype: str) -> float:
         if dtype not in self.peak_tflops:
