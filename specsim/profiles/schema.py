@@ -82,7 +82,7 @@ class HardwareProfile(_Strict):
         if (self.tdp_w is None) != (self.idle_w is None):
             have, lack = ("tdp_w", "idle_w") if self.idle_w is None else ("idle_w", "tdp_w")
             raise FieldError(f"{have} needs {lack} (the power model uses both)", field=lack, value=None,
-                             allowed=f"set both tdp_w and idle_w, or neither (idle_w = 0 is allowed)")
+                             allowed="set both tdp_w and idle_w, or neither (idle_w = 0 is allowed)")
         if self.tdp_w is not None and self.idle_w > self.tdp_w:
             raise FieldError("the idle floor exceeds the maximum power", field="idle_w", value=self.idle_w,
                              allowed=f"<= tdp_w = {self.tdp_w:g}")
