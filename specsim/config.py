@@ -51,6 +51,12 @@ class DeploymentConfig(_Group):
                                 "a 2-position pass costs more than a 1-position one, e.g. on a CPU)")
     measured_draft: str | None = Field(default=None, description="measured cost mode for the draft: CSV of "
                                        "measured pass times, same format as measured_target; None = the roofline")
+    draft_kv_budget_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="cap on the draft's "
+                                               "KV per request, in tokens: its passes read and attend min(context, "
+                                               "budget) tokens and admission reserves at most that much draft KV "
+                                               "(StreamingLLM's attention sinks + sliding window, Xiao et al. 2023; "
+                                               "capped-KV drafts for long-context speculation, MagicDec, Chen et al. "
+                                               "2024, TriForce, Sun et al. 2024); None = the full context")
 
 
 class AcceptanceConfig(_Group):
@@ -139,7 +145,8 @@ FLAT: dict[str, str] = {name: g for name, g in (
     ("seed", "workload"), ("length_dist", "workload"), ("replicas", "workload"), ("slo_ttft_s", "slo"),
     ("slo_tpot_s", "slo"), ("engine", "engine"), ("engine_profile", "engine"), ("max_num_seqs", "engine"),
     ("max_num_batched_tokens", "engine"), ("block_size", "engine"), ("num_gpu_blocks", "engine"),
-    ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"))}
+    ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"),
+    ("draft_kv_budget_tokens", "deployment"))}
 assert sorted(FLAT) == sorted(f for g in GROUPS.values() for f in g.model_fields), "FLAT must list every field once"
 assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a field outside its group"
 FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
@@ -238,6 +245,12 @@ class SimConfig(BaseModel):
         if d.fixed_c is not None and (d.measured_target is not None or d.measured_draft is not None):
             raise RuleViolation("give at most one of {0} and {1} / {2}", "fixed_c", "measured_target",
                                 "measured_draft")
+        if d.draft_kv_budget_tokens is not None:  # only the roofline draft under specsim's engine prices it
+            for other in ("fixed_c", "measured_draft"):
+                if getattr(d, other) is not None:
+                    raise RuleViolation("{0} needs the roofline draft; drop {1}", "draft_kv_budget_tokens", other)
+            if e.engine_profile != "specsim":
+                raise RuleViolation("{0} belongs to {1} specsim", "draft_kv_budget_tokens", "engine_profile")
         bands = self.speculation.num_speculative_tokens_per_batch_size
         if bands is not None:
             if self.speculation.policy != "bands":

@@ -8,6 +8,11 @@ adds the memory and compute times instead of taking the larger); measured mode (
 
 Tensor parallelism splits weights and FLOPs tp ways and adds two all-reduces per layer; `check_tp` refuses a
 degree the model's heads or the node cannot take (TP_RULE), and the KV cache per chip counts replicated KV heads.
+
+A KV budget (`kv_budget_tokens`, the draft's `draft_kv_budget_tokens`) caps the cached context a pass reads and
+attends to, and the KV it keeps, at that many tokens per sequence (StreamingLLM's attention sinks + sliding window,
+Xiao et al. 2023; long-context speculation with a capped-KV draft, MagicDec, Chen et al. 2024, TriForce, Sun et al.
+2024): context L is priced as min(L, budget), so a pass under the budget costs exactly what it did.
 """
 
 from __future__ import annotations
@@ -104,8 +109,9 @@ class CostModel:
     """Pass times of one model on one (possibly tensor-parallel) hardware setup."""
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, stack: StackProfile | None = None,
-                 tp: int = 1, cross_context: int = 0):
+                 tp: int = 1, cross_context: int = 0, kv_budget_tokens: int | None = None):
         tp = check_tp(model, hardware, tp)
+        self.kv_budget_tokens = kv_budget_tokens  # None = the full context (module doc)
         self.model, self.hardware, self.tp = model, hardware, tp
         self.stack = stack or IDEAL_STACK
         self.cross_context = cross_context
@@ -119,13 +125,17 @@ class CostModel:
     def mode(self) -> Mode:
         return "ideal" if self.stack == IDEAL_STACK else "calibrated"
 
+    def kv_context(self, context: int) -> int:
+        """Cached tokens a pass reads per sequence: the context, capped at the KV budget when there is one."""
+        return context if self.kv_budget_tokens is None else min(context, self.kv_budget_tokens)
+
     # --- the two sides of the roofline -------------------------------------------------------
     def pass_bytes(self, batch: int, positions: int, context: int, cross_context: int | None = None) -> float:
         m = self.model
         cross_context = self.cross_context if cross_context is None else cross_context
         weights = m.step_params * m.bytes_per_param
         # per chip: each holds n_kv_heads / tp KV heads, or one replicated head when tp exceeds n_kv_heads
-        kv = batch * (context + positions) * self.kv_bytes_per_token_per_chip
+        kv = batch * (self.kv_context(context) + positions) * self.kv_bytes_per_token_per_chip
         # T5 decoders re-read the encoder's cross-attention K/V every step (full heads, split evenly).
         cross = batch * cross_context * m.cross_kv_bytes_per_token
         return (weights + cross) / self.tp + kv
@@ -136,7 +146,7 @@ class CostModel:
         tokens = batch * positions
         dense = 2.0 * m.matmul_params_per_token * tokens
         # QK^T and AV: 2 matmuls x 2 FLOPs per multiply-add over the live keys (causal within the P new ones).
-        keys = context + (positions + 1) / 2.0
+        keys = self.kv_context(context) + (positions + 1) / 2.0
         attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * keys * tokens
         if m.architecture == "encoder-decoder":
             attn += 4.0 * m.n_layers * m.n_heads * m.head_dim * cross_context * tokens
@@ -214,7 +224,7 @@ class CostModel:
     def memory_bytes(self, batch: int, context: int) -> float:
         """Per chip: all weights (encoder included) split tp ways, plus the KV cache for batch x context (each
         chip's share, replicated KV heads included)."""
-        return self.model.weight_bytes / self.tp + batch * context * self.kv_bytes_per_token_per_chip
+        return self.model.weight_bytes / self.tp + batch * self.kv_context(context) * self.kv_bytes_per_token_per_chip
 
 
 def check_fits(models: list[CostModel], batch: int, context: int) -> float:

@@ -64,7 +64,7 @@ class PassTable:
         if type(cm) is not CostModel:
             self._seg = lru_cache(maxsize=1 << 16)(self._segment)
             return
-        refs = (cm.model, cm.hardware, cm.stack, cm.tp, cm.cross_context)
+        refs = (cm.model, cm.hardware, cm.stack, cm.tp, cm.cross_context, cm.kv_budget_tokens)
         key = tuple(id(r) for r in refs[:3]) + refs[3:]
         hit = _SHARED.get(key)
         if hit is not None and all(x is y for x, y in zip(hit[0][:3], refs[:3])):
@@ -239,13 +239,20 @@ class Memory:
         self.capacity = cm0.hardware.memory_capacity_gb * 1e9
         self.weights = sum(cm.model.weight_bytes for cm in models) / self.tp
         self.kv_per_token = sum(kv_bytes_per_token_per_chip(cm.model, cm.tp) for cm in models)  # KV heads replicate
+        # a model with a KV budget (the draft's draft_kv_budget_tokens) keeps at most that many tokens per request
+        self.capped = [(kv_bytes_per_token_per_chip(cm.model, cm.tp), cm.kv_budget_tokens) for cm in models
+                       if getattr(cm, "kv_budget_tokens", None) is not None]
         self.cross_per_token = sum(cm.model.cross_kv_bytes_per_token for cm in models) / self.tp
         self.enc_dec = cm0.model.architecture == "encoder-decoder"
 
     def request_bytes(self, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
         if self.enc_dec:
             return (output + self.extra) * self.kv_per_token + prompt * self.cross_per_token
-        return (prompt + output + self.extra) * self.kv_per_token
+        tokens = prompt + output + self.extra
+        out = tokens * self.kv_per_token
+        for per_token, budget in self.capped:  # that model's share counted up to its budget only
+            out = out - (tokens - np.minimum(tokens, budget)) * per_token
+        return out
 
     @property
     def kv_budget(self) -> float:

@@ -88,23 +88,24 @@ class Deployment:
     draft_tp: int | None = None  # None = the target's tp
     measured_target: str | None = None  # CSV of measured pass times instead of the roofline
     measured_draft: str | None = None
+    draft_kv_budget_tokens: int | None = None  # the draft's KV cap per sequence (roofline only; None = full context)
 
     @classmethod
     def resolve(cls, hardware: str, target: str, draft: str | None = None, *, stack: str | None = None, tp: int = 1,
                 draft_tp: int | None = None, measured_target: str | None = None,
-                measured_draft: str | None = None) -> "Deployment":
+                measured_draft: str | None = None, draft_kv_budget_tokens: int | None = None) -> "Deployment":
         hw = load_profile("hardware", hardware)
         st = load_profile("stack", stack, hw)
         t = load_profile("target", target)
         d = None if draft is None else load_profile("draft", draft)
-        return cls(hw, st, t, d, tp, draft_tp, measured_target, measured_draft)
+        return cls(hw, st, t, d, tp, draft_tp, measured_target, measured_draft, draft_kv_budget_tokens)
 
     @classmethod
     def from_config(cls, cfg) -> "Deployment":
         """From a SimConfig (or its deployment group)."""
         d = getattr(cfg, "deployment", cfg)
         return cls.resolve(d.hardware, d.target, d.draft, stack=d.stack, tp=d.tp, measured_target=d.measured_target,
-                           measured_draft=d.measured_draft)
+                           measured_draft=d.measured_draft, draft_kv_budget_tokens=d.draft_kv_budget_tokens)
 
     @property
     def draft_tp_degree(self) -> int:
@@ -120,13 +121,19 @@ class Deployment:
         if self.target.architecture != self.draft.architecture:
             raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="draft",
                               value=self.draft.name, allowed=f"a {self.target.architecture} model like the target")
-        return t, self._cost_model(self.draft, self.draft_tp_degree, self.measured_draft, flag("measured_draft"))
+        budget = self.draft_kv_budget_tokens
+        if budget is not None and (self.measured_draft is not None or self.draft.architecture != "decoder"):
+            raise ConfigError("a draft KV budget needs a decoder-only roofline draft", field=flag(
+                "draft_kv_budget_tokens"), value=budget, allowed="no measured draft table, a decoder-only draft")
+        return t, self._cost_model(self.draft, self.draft_tp_degree, self.measured_draft, flag("measured_draft"),
+                                   budget)
 
-    def _cost_model(self, model: ModelProfile, tp: int, measured: str | None, field: str):
+    def _cost_model(self, model: ModelProfile, tp: int, measured: str | None, field: str,
+                    kv_budget_tokens: int | None = None):
         from specsim.cost.roofline import CostModel, check_tp
 
         if measured is None:
-            return CostModel(model, self.hardware, self.stack, tp=tp)
+            return CostModel(model, self.hardware, self.stack, tp=tp, kv_budget_tokens=kv_budget_tokens)
         check_tp(model, self.hardware, tp)
         return _measured(model, self.hardware, tp, measured, field)
 
