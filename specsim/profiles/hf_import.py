@@ -97,21 +97,20 @@ class _Cfg:
             raise ConfigError("value out of range", file=self.path, field=key, value=v, allowed=">= 1")
         return v
 
-    def bool_(self, key: str, default: bool) -> bool:
+    def _typed(self, key: str, default, kind: type, what: str, allowed: str):
+        """The value at `key` if it is a `kind` (`default` when absent or null); otherwise one line naming it."""
         v = self.cfg.get(key)
         if v is None:
             return default
-        if not isinstance(v, bool):
-            raise ConfigError("not a boolean", file=self.path, field=key, value=v, allowed="true or false")
+        if not isinstance(v, kind):
+            raise ConfigError(f"not a {what}", file=self.path, field=key, value=v, allowed=allowed)
         return v
 
+    def bool_(self, key: str, default: bool) -> bool:
+        return self._typed(key, default, bool, "boolean", "true or false")
+
     def str_(self, key: str, default: str) -> str:
-        v = self.cfg.get(key)
-        if v is None:
-            return default
-        if not isinstance(v, str):
-            raise ConfigError("not a string", file=self.path, field=key, value=v, allowed="a string")
-        return v
+        return self._typed(key, default, str, "string", "a string")
 
     def dtype(self) -> str:
         key = "torch_dtype" if self.cfg.get("torch_dtype") is not None else "dtype"
