@@ -151,3 +151,11 @@ def test_bands_without_policy_bands_is_a_one_line_error(capsys):
                               "[[1,4,5]]", "--json")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--num-speculative-tokens-per-batch-size" in err and "--policy" in err
+
+
+def test_a_band_ending_far_beyond_any_batch_builds_at_once():
+    """[[1, 10^9, 3]] is a valid band; its lookup table stops at the largest live batch SimConfig allows."""
+    from specsim.engine.policies.bands import LARGEST_LIVE_BATCH, BandsPolicy
+    p = BandsPolicy([(1, 8, 4), (9, 10**9, 3)])  # before the cap: a 10^9-entry table (minutes, ~8 GB)
+    assert len(p._by_batch) == LARGEST_LIVE_BATCH + 1
+    assert p.gamma_at(8) == 4 and p.gamma_at(9) == 3 and p.gamma_at(LARGEST_LIVE_BATCH) == 3

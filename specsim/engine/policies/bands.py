@@ -27,6 +27,9 @@ from specsim.engine.policies.base import Baseline, Policy, averaged_baseline, co
 ADVICE_REQUESTS = 64  # requests per choose-draft point when the bands come from its advice (see the docstring)
 
 
+LARGEST_LIVE_BATCH = 4096  # SimConfig bounds batch and max_batch at 4096: no replica's live batch is larger
+
+
 class BandsPolicy(Policy):
     """γ switched with the live batch size of the replica, from [[start, end, γ], ...] bands."""
 
@@ -35,7 +38,7 @@ class BandsPolicy(Policy):
     def __init__(self, bands, source: str = "given"):
         self.bands = tuple((int(s), int(e), int(g)) for s, e, g in bands)
         self.source = source
-        top = self.bands[-1][1]
+        top = min(self.bands[-1][1], LARGEST_LIVE_BATCH)  # a band may end far beyond any live batch
         self._by_batch = [self._nearest(b) for b in range(top + 1)]  # γ for live batch 0 … top; above: the last
         gammas = {g for _, _, g in self.bands}
         self.max_gamma = max(gammas)
