@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 from specsim.engine.acceptance import GAMMA_CAP  # the one γ cap (numpy only; nothing there imports config)
 
 Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
-LengthDist = Literal["fixed", "uniform"]
+LengthDist = Literal["fixed", "uniform", "lognormal"]
 Engine = Literal["simpy", "fast", "auto"]
 EngineProfile = Literal["specsim", "hf-assisted", "vllm-v1"]
 
@@ -86,7 +86,9 @@ class WorkloadConfig(_Group):
     output_len: int = Field(default=128, ge=1, le=10_000_000, description="output tokens per request")
     seed: int = Field(default=0, ge=0, description="random seed (arrivals, lengths, acceptance draws)")
     length_dist: LengthDist = Field(default="fixed", description="prompt/output lengths: 'fixed' = exactly "
-                                    "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L)")
+                                    "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L); 'lognormal' = "
+                                    "ShareGPT-like heavy tail: lognormal with mean L and log-σ 1, rounded, clipped "
+                                    "to [1, 8L]")
     replicas: int = Field(default=1, ge=1, le=1024, description="engine replicas sharing one arrival queue; "
                           "each holds its own weights and KV (batch / max_batch are per replica)")
 
