@@ -1,0 +1,164 @@
+"""`specsim plan`: the replicas it finds are the minimum (one fewer misses an SLO in the simulator), with and
+without speculation; a rerun resumes; $/Mtok matches price x time by hand; bad plans are one line, exit 2."""
+
+import json
+import textwrap
+
+import pytest
+from conftest import cli_capsys
+
+from specsim.profiles import loader
+from specsim.simulate import run
+from specsim.studies.plan import meets, run_plan
+from specsim.studies.plan_spec import BASELINE, Candidate, load_plan
+
+PLAN = """
+name = "t8b"
+[fixed]
+target = "llama-3.1-8b"
+draft = "llama-3.2-1b"
+alpha = 0.7
+prompt_len = 161
+output_len = 338
+length_dist = "lognormal"
+[[option]]
+name = "1xH100"
+hardware = "h100-sxm"
+[search]
+rates = [2, 32]
+gammas = [3, 5]
+max_replicas = 16
+duration_s = 20
+min_requests = 50
+[slo]
+ttft_p90_s = 0.5
+tpot_p90_s = 0.012
+"""
+
+
+def _write(tmp_path, text=PLAN, name="plan.toml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("plan")
+    path = _write(tmp)
+    return load_plan(path), run_plan(path, tmp / "out", workers=1, progress=False), tmp
+
+
+def _sim(plan, row, cand, replicas):
+    o = next(o for o in plan.options if o.name == row["option"])
+    return run(plan.config(o, row["tp"], row["rate"], cand, replicas))
+
+
+def test_replicas_found_are_the_minimum(planned):
+    plan, report, _ = planned
+    by_label = {c.label: c for c in plan.candidates} | {"baseline": BASELINE}
+    checked = 0
+    for row in report.rows:
+        for label, r in row["candidates"].items():
+            cand = by_label[label]
+            assert r is not None, row
+            assert meets(_sim(plan, row, cand, r), plan.slo, cand)
+            if r > 1:
+                assert not meets(_sim(plan, row, cand, r - 1), plan.slo, cand)
+                checked += 1
+    assert checked >= 2  # at rate 32 one H100 is not enough, with or without speculation
+
+
+def test_speculation_saves_a_replica_at_high_rate(planned):
+    _, report, _ = planned
+    hi = next(r for r in report.rows if r["rate"] == 32)
+    assert hi["replicas_spec"] < hi["replicas_baseline"]
+    assert hi["replicas_saved"] == hi["replicas_baseline"] - hi["replicas_spec"]
+    assert hi["best"] in ("gamma=3", "gamma=5") and hi["monotone"]
+    assert "tpot_p90_s" in hi["baseline_missed_at"]
+    assert hi["speedup_eq5"] > 1 and hi["speedup"] > 1  # the closed form beside the simulated figure
+
+
+def test_usd_per_mtok_by_hand(planned):
+    plan, report, _ = planned
+    row = report.rows[-1]
+    sim = _sim(plan, row, BASELINE, row["replicas_baseline"])
+    price = loader.hardware("h100-sxm").price_usd_per_hour
+    usd = row["replicas_baseline"] * 1 * price * sim["baseline_walltime_s"] / 3600
+    assert row["usd_per_mtok_baseline"] == pytest.approx(usd / sim["output_tokens"] * 1e6, rel=1e-12)
+
+
+def test_rerun_resumes_without_recomputing(planned):
+    plan, report, tmp = planned
+    parts = sorted(p.name for p in (tmp / "out" / "rounds").rglob("part-*.parquet"))
+    again = run_plan(plan, tmp / "out", workers=1, progress=False)
+    assert again.rows == report.rows and again.rounds == report.rounds
+    assert sorted(p.name for p in (tmp / "out" / "rounds").rglob("part-*.parquet")) == parts
+
+
+def test_cli_writes_table_csv_and_plot(planned, capsys):
+    _, report, tmp = planned
+    code, out, err = cli_capsys(capsys, "plan", tmp / "plan.toml", "--out", tmp / "out", "--workers", "1", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["rows"] == json.loads(json.dumps(report.rows))
+    assert (tmp / "out" / "plan.csv").stat().st_size > 0 and (tmp / "out" / "plan.png").stat().st_size > 0
+
+
+def test_another_plan_in_the_same_directory_is_refused(planned, capsys):
+    _, _, tmp = planned
+    other = _write(tmp, PLAN.replace("tpot_p90_s = 0.012", "tpot_p90_s = 0.02"), "other.toml")
+    code, _, err = cli_capsys(capsys, "plan", other, "--out", tmp / "out")
+    assert code == 2 and "holds another plan" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unreachable_slo_is_reported_not_guessed(tmp_path):
+    p = _write(tmp_path, PLAN.replace("tpot_p90_s = 0.012", "tpot_p90_s = 0.001").replace("max_replicas = 16",
+                                                                                        "max_replicas = 2"))
+    report = run_plan(p, tmp_path / "out", workers=1, progress=False)
+    for row in report.rows:
+        assert row["replicas_spec"] is None and row["replicas_baseline"] is None
+        assert "max_replicas = 2" in row["why_not"]
+
+
+def test_a_setup_that_does_not_fit_says_so(tmp_path):
+    p = _write(tmp_path, PLAN.replace('"llama-3.1-8b"', '"llama-3.1-70b"').replace('"h100-sxm"', '"l4"')
+               .replace("rates = [2, 32]", "rates = [2]"))
+    report = run_plan(p, tmp_path / "out", workers=1, progress=False)
+    assert report.rows[0]["replicas_spec"] is None and "does not fit" in report.rows[0]["why_not"]
+
+
+@pytest.mark.parametrize("edit, field", [
+    (("[search]", "[search]\nbogus = 1"), "search.bogus"),
+    (("alpha = 0.7", "alpha = 0.7\nrate = 4"), "fixed.rate"),
+    (("ttft_p90_s = 0.5", "ttft_p95_s = 0.5"), "slo.ttft_p95_s"),
+    (("ttft_p90_s = 0.5", "ttft_p90_s = -1"), "slo.ttft_p90_s"),
+    (("gammas = [3, 5]", "gammas = [3, 0]"), "search.gammas"),
+    (("rates = [2, 32]", "rates = [32, 2]"), "search.rates"),
+    (("rates = [2, 32]", 'rates = [2, "8"]'), "search.rates"),
+    (('hardware = "h100-sxm"', 'hardware = "h100-sxm"\ntp = 3'), "option[0].tp"),
+    (('hardware = "h100-sxm"', 'hardware = "h100-sxmm"'), "option[0].hardware"),
+    (("alpha = 0.7", "alpha = 1.5"), "fixed.alpha"),
+    (("max_replicas = 16", "max_replicas = 0"), "search.max_replicas"),
+    (("duration_s = 20", "duration_s = 1e7"), "search.duration_s"),
+])
+def test_bad_plans_exit_2_naming_the_field(tmp_path, capsys, edit, field):
+    p = _write(tmp_path, PLAN.replace(*edit))
+    code, out, err = cli_capsys(capsys, "plan", p, "--out", tmp_path / "out")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and field in err and str(p) in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_baseline_probe_is_the_first_candidates_run(planned):
+    """One simulation serves the baseline and the first candidate at the same replica count; a missing or NaN
+    percentile (nothing finished) never meets an objective."""
+    plan, _, _ = planned
+    o = plan.options[0]
+    assert plan.config(o, 1, 2.0, BASELINE, 3) == plan.config(o, 1, 2.0, plan.candidates[0], 3)
+    assert plan.config(o, 1, 2.0, BASELINE, 3).workload.requests == 50  # max(min_requests, rate x duration)
+    assert plan.config(o, 1, 32.0, BASELINE, 3).workload.requests == 640
+    assert meets({"baseline_ttft_p90_s": 0.1, "baseline_tpot_p90_s": 0.01}, plan.slo, BASELINE)
+    assert not meets({"ttft_p90_s": 0.1, "tpot_p90_s": 0.013}, plan.slo, Candidate("fixed", 3))
+    assert not meets({"ttft_p90_s": None, "tpot_p90_s": 0.01}, plan.slo, Candidate("fixed", 3))
+    assert not meets({"ttft_p90_s": float("nan"), "tpot_p90_s": 0.01}, plan.slo, Candidate("fixed", 3))
