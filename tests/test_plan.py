@@ -79,13 +79,24 @@ def test_speculation_saves_a_replica_at_high_rate(planned):
     assert hi["speedup_eq5"] > 1 and hi["speedup"] > 1  # the closed form beside the simulated figure
 
 
-def test_usd_per_mtok_by_hand(planned):
+def test_usd_and_energy_per_token_by_hand(planned):
+    """The planner's figures bill every chip for the hour at the offered token rate; the run's own figures bill
+    the makespan; J/token adds the idle floor over the hour to the simulated dynamic energy."""
     plan, report, _ = planned
     row = report.rows[-1]
-    sim = _sim(plan, row, BASELINE, row["replicas_baseline"])
-    price = loader.hardware("h100-sxm").price_usd_per_hour
-    usd = row["replicas_baseline"] * 1 * price * sim["baseline_walltime_s"] / 3600
-    assert row["usd_per_mtok_baseline"] == pytest.approx(usd / sim["output_tokens"] * 1e6, rel=1e-12)
+    r = row["replicas_baseline"]
+    sim = _sim(plan, row, BASELINE, r)
+    hw = loader.hardware("h100-sxm")
+    tokens, requests = sim["output_tokens"], sim["requests"]
+    token_rate = row["rate"] * tokens / requests
+    assert row["usd_per_mtok_baseline"] == pytest.approx(r * hw.price_usd_per_hour / 3600 / token_rate * 1e6,
+                                                         rel=1e-12)
+    usd_run = r * hw.price_usd_per_hour * sim["baseline_walltime_s"] / 3600
+    assert row["usd_per_mtok_sim_baseline"] == pytest.approx(usd_run / tokens * 1e6, rel=1e-12)
+    dynamic = sim["baseline_energy_j_per_token"] * tokens - hw.idle_w * r * sim["baseline_walltime_s"]
+    assert dynamic > 0
+    assert row["energy_j_per_token_baseline"] == pytest.approx(dynamic / tokens + hw.idle_w * r / token_rate,
+                                                               rel=1e-9)
 
 
 def test_rerun_resumes_without_recomputing(planned):
@@ -162,3 +173,24 @@ def test_the_baseline_probe_is_the_first_candidates_run(planned):
     assert not meets({"ttft_p90_s": 0.1, "tpot_p90_s": 0.013}, plan.slo, Candidate("fixed", 3))
     assert not meets({"ttft_p90_s": None, "tpot_p90_s": 0.01}, plan.slo, Candidate("fixed", 3))
     assert not meets({"ttft_p90_s": float("nan"), "tpot_p90_s": 0.01}, plan.slo, Candidate("fixed", 3))
+
+
+def test_several_drafts_are_candidates(tmp_path):
+    """search.drafts tries every draft with every γ; the plan's best is the fewest replicas among them."""
+    p = _write(tmp_path, PLAN.replace("gammas = [3, 5]", 'gammas = [3]\ndrafts = ["llama-3.2-1b:0.7", '
+                                      '"llama-3.2-3b:0.8"]').replace("rates = [2, 32]", "rates = [32]"))
+    plan = load_plan(p)
+    assert [c.label for c in plan.candidates] == ["llama-3.2-1b:0.7 gamma=3", "llama-3.2-3b:0.8 gamma=3"]
+    cfg = plan.config(plan.options[0], 1, 32.0, plan.candidates[1], 2)
+    assert cfg.deployment.draft == "llama-3.2-3b" and cfg.acceptance.alpha == 0.8
+    row = run_plan(p, tmp_path / "out", workers=1, progress=False).rows[0]
+    assert set(row["candidates"]) == {"baseline", "llama-3.2-1b:0.7 gamma=3", "llama-3.2-3b:0.8 gamma=3"}
+    best = min(v for k, v in row["candidates"].items() if k != "baseline")
+    assert row["replicas_spec"] == best
+
+
+@pytest.mark.parametrize("drafts", ['["llama-3.2-1b"]', '["llama-3.2-1b:1.5"]', '[]', '"llama-3.2-1b:0.7"'])
+def test_bad_drafts_exit_2(tmp_path, capsys, drafts):
+    p = _write(tmp_path, PLAN.replace("gammas = [3, 5]", f"gammas = [3]\ndrafts = {drafts}"))
+    code, _, err = cli_capsys(capsys, "plan", p, "--out", tmp_path / "out")
+    assert code == 2 and "search.drafts" in err and len(err.strip().splitlines()) == 1, err

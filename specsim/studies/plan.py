@@ -152,7 +152,7 @@ def _claim(out: Path, plan: PlanSpec) -> None:
 
 def plan_id(plan: PlanSpec) -> str:
     d = {"fixed": plan.fixed, "options": [(o.name, o.fields, o.tps) for o in plan.options], "rates": plan.rates,
-         "candidates": [(c.policy, c.gamma) for c in plan.candidates], "max_replicas": plan.max_replicas,
+         "candidates": [(c.policy, c.gamma) + ((c.draft,) if c.draft else ()) for c in plan.candidates], "max_replicas": plan.max_replicas,
          "duration_s": plan.duration_s, "min_requests": plan.min_requests, "slo": plan.slo}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -188,7 +188,31 @@ def _isnan(v) -> bool:
 
 # --- the answer -------------------------------------------------------------------------------------------
 
+_PROVISIONED = ("usd_per_mtok", "energy_j_per_token")
 _FIGURES = ("usd_per_mtok", "energy_j_per_token", "ttft_p90_s", "tpot_p90_s", "throughput_tok_s")
+
+
+def provisioned(row: dict, prefix: str, hardware: str, tp: int, replicas: int, rate: float | None) -> dict:
+    """$/Mtok and J/token of serving `rate` for an hour on `replicas` replicas: every chip billed and idling for
+    the whole hour, the tokens those requests ask for (rate × the run's mean output), the dynamic energy per token
+    as simulated. A finite run's own figures (`*_sim`) also bill the drain after the last arrival, which a
+    minute-long run overweights; the planner's figure is this steady-state one (None for a replayed CSV)."""
+    from specsim.cost.power import per_token
+    from specsim.profiles import loader
+
+    out = {}
+    tokens, requests = row.get("output_tokens"), row.get("requests")
+    if rate is None or not tokens or not requests:
+        return {"usd_per_mtok": row.get(f"{prefix}usd_per_mtok"), "energy_j_per_token":
+                row.get(f"{prefix}energy_j_per_token")}
+    hw, chips = loader.hardware(hardware), tp * replicas
+    token_rate = rate * tokens / requests
+    out["usd_per_mtok"] = None if hw.price_usd_per_hour is None else \
+        per_token(chips * hw.price_usd_per_hour / 3600.0, token_rate, 1e6)
+    e, wall = row.get(f"{prefix}energy_j_per_token"), row.get(f"{prefix}walltime_s")
+    out["energy_j_per_token"] = None if e is None or hw.idle_w is None else \
+        e - hw.idle_w * chips * wall / tokens + hw.idle_w * chips / token_rate
+    return out
 
 
 def summary_rows(plan: PlanSpec, searches: list[Search]) -> list[dict]:
@@ -211,15 +235,18 @@ def _row(plan: PlanSpec, key, ss: list[Search]) -> dict:
            "monotone": all(s.monotone for s in ss),
            "why_not": None if best else "; ".join(sorted({s.infeasible for s in ss if s.infeasible} or {"?"})),
            "why_not_baseline": base.infeasible}
+    hw = base.option.fields.get("hardware")
     if base.hi is not None:
         b = base.rows[base.hi]
         for f in _FIGURES:
-            row[f"{f}_baseline"] = b.get(f"baseline_{f}")
+            row[f"{f}_{'sim_' if f in _PROVISIONED else ''}baseline"] = b.get(f"baseline_{f}")
+        row.update({f"{k}_baseline": v for k, v in provisioned(b, "baseline_", hw, tp, base.hi, rate).items()})
         row["baseline_missed_at"] = _missed(base, plan)
     if best is not None:
         r = best.rows[best.hi]
         for f in _FIGURES:
-            row[f"{f}_spec"] = r.get(f)
+            row[f"{f}_{'sim_' if f in _PROVISIONED else ''}spec"] = r.get(f)
+        row.update({f"{k}_spec": v for k, v in provisioned(r, "", hw, tp, best.hi, rate).items()})
         row.update(speedup=r.get("speedup"), speedup_eq5=r.get("speedup_eq5"), alpha=r.get("alpha"), c=r.get("c"),
                    spec_missed_at=_missed(best, plan))
     row["candidates"] = {s.cand.label: s.hi for s in ss}

@@ -18,6 +18,8 @@ A plan is a TOML file:
     rates = [1, 2, 4, 8, 16, 32, 64]   # Poisson request rates, req/s (leave out with fixed.arrivals_csv)
     gammas = [3, 5]                    # speculative candidates with a fixed γ ...
     policies = []                      # ... and γ policies ("bands", "heuristic", "optimal")
+    drafts = []                        # optional: "NAME:ALPHA" drafts, each tried with every γ and policy
+                                       #   (default: fixed.draft at fixed.alpha)
     max_replicas = 64                  # the search refuses to look further
     duration_s = 60                    # arrival window per point: requests = max(min_requests, ⌈rate·duration⌉)
     min_requests = 200
@@ -68,12 +70,17 @@ class Candidate:
 
     policy: str | None  # None = the paired baseline
     gamma: int | None = None
+    draft: tuple[str, float] | None = None  # (draft, α) from search.drafts; None = fixed.draft / fixed.alpha
 
     @property
     def label(self) -> str:
         if self.policy is None:
             return "baseline"
-        return f"gamma={self.gamma}" if self.policy == "fixed" else f"policy={self.policy}"
+        what = f"gamma={self.gamma}" if self.policy == "fixed" else f"policy={self.policy}"
+        if self.draft is None:
+            return what
+        name = self.draft[0]
+        return f"{Path(name).stem if name.endswith('.toml') else name}:{self.draft[1]:g} {what}"
 
 
 BASELINE = Candidate(None)
@@ -101,6 +108,8 @@ class PlanSpec:
         d = {**self.fixed, **option.fields, "tp": tp, "replicas": replicas, "policy": c.policy}
         if c.gamma is not None:
             d["gamma"] = c.gamma
+        if c.draft is not None:
+            d["draft"], d["alpha"] = c.draft
         if rate is not None:
             d.update(rate=rate, requests=self.requests(rate))
         return SimConfig.model_validate(d)
@@ -213,10 +222,35 @@ def _candidates(search: dict, path: Path) -> tuple[Candidate, ...]:
         if p not in SEARCH_POLICIES:
             raise ConfigError("not a policy a plan can try", file=path, field="search.policies", value=shown(p),
                               allowed=", ".join(SEARCH_POLICIES) + " (fixed γ: search.gammas)")
-    out = tuple(Candidate("fixed", g) for g in gammas) + tuple(Candidate(p) for p in policies)
+    drafts = _drafts(search, path)
+    out = tuple(Candidate("fixed", g, d) for d in drafts for g in gammas) + tuple(Candidate(p, None, d)
+                                                                                  for d in drafts for p in policies)
     if not out:
         raise ConfigError("no speculative candidate to compare with the baseline", file=path, field="search.gammas",
                           allowed="at least one γ in search.gammas or one policy in search.policies")
+    return out
+
+
+def _drafts(search: dict, path: Path) -> list:
+    """search.drafts: "NAME:ALPHA" pairs (as a sweep writes them), each tried with every γ and policy."""
+    raw = search.get("drafts")
+    if raw is None:
+        return [None]
+    if not isinstance(raw, list) or not raw or len(set(map(repr, raw))) != len(raw):
+        raise ConfigError("must be a non-empty list of distinct 'NAME:ALPHA' drafts", file=path,
+                          field="search.drafts", value=shown(raw))
+    out = []
+    for d in raw:
+        name, _, acc = d.rpartition(":") if isinstance(d, str) else ("", "", "")
+        try:
+            alpha = float(acc)
+        except ValueError:
+            alpha = None
+        if not name or alpha is None:
+            raise ConfigError("not a draft with its acceptance", file=path, field="search.drafts", value=shown(d),
+                              allowed="'NAME:ALPHA', e.g. 'llama-3.2-1b:0.65'")
+        check_value("alpha", alpha, file=path, where="search.drafts")
+        out.append((_resolve_path("draft", name, path.parent), alpha))
     return out
 
 
@@ -236,7 +270,7 @@ def _num(t: dict, key: str, default: float, path: Path) -> float:
 
 
 def _check_search_keys(search: dict, path: Path) -> None:
-    known = {"rates", "gammas", "policies", "max_replicas", "duration_s", "min_requests"}
+    known = {"rates", "drafts", "gammas", "policies", "max_replicas", "duration_s", "min_requests"}
     for key in search:
         if key not in known:
             raise ConfigError("unknown field", file=path, field=shown(f"search.{key}"), allowed=", ".join(sorted(known)))
