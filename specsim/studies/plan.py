@@ -8,8 +8,8 @@ simulated and missing an SLO (or r = 1). The bisection assumes more replicas nev
 probe contradicted that (`monotone` false).
 
 All searches advance together: each round is one sweep (`specsim.sweep.run_sweep`) of the points the open searches
-probe next, in DIR/rounds/round-NN/, so a plan runs on local processes or a Dask cluster, and a killed plan rerun
-with the same file and --out reuses every finished point and continues. The baseline is read from the paired
+probe next, in DIR/rounds/round-NN-HASH/ (HASH: of its points), so a plan runs on local processes or a Dask
+cluster, and a killed plan rerun with the same file and --out reuses every finished point and continues. The baseline is read from the paired
 baseline of the first candidate's runs (it does not depend on γ). Every row carries the simulated speedup and the
 closed-form eq. (5) at the chosen point, $/Mtok and J/token (`specsim.cost.power`) for both.
 """
@@ -163,17 +163,21 @@ def _run_round(plan: PlanSpec, out: Path, k: int, configs: list, scheduler, work
 
     from specsim.sweep.dir import write_atomic
 
-    record = out / ROUNDS / f"round-{k:02d}.json"
+    grid_key = json.dumps([canonical_json(c) for c in configs])
+    # named by content: a round whose points differ from a stored one (another specsim version wrote them
+    # differently) gets its own directory, and the stored one is kept
+    stem = f"round-{k:02d}-{hashlib.sha256(grid_key.encode()).hexdigest()[:8]}"
+    record = out / ROUNDS / f"{stem}.json"
     if not record.exists():
         write_atomic(record, lambda f: f.write(json.dumps([json.loads(canonical_json(c)) for c in configs],
                                                            indent=0).encode()))
     digests = digests_of(configs, plan.path, lambda f: f"fixed.{f}")
-    spec = SweepSpec(path=record, name=f"{plan.name}-round-{k:02d}", fixed={}, axes={}, point_fn=DEFAULT_POINT_FN,
+    spec = SweepSpec(path=record, name=f"{plan.name}-{stem}", fixed={}, axes={}, point_fn=DEFAULT_POINT_FN,
                      chunk_size=0, plots=False, points=configs, ids=[point_id(c, digests) for c in configs],
-                     grid_key=json.dumps([canonical_json(c) for c in configs]), digests=digests)
+                     grid_key=grid_key, digests=digests)
     try:
-        report = run_sweep(spec, out / ROUNDS / f"round-{k:02d}", scheduler=scheduler, workers=workers,
-                           progress=progress, plots=False)
+        report = run_sweep(spec, out / ROUNDS / stem, scheduler=scheduler, workers=workers, progress=progress,
+                           plots=False)
     except SweepInterrupted as e:
         cmd = f"specsim plan {shlex.quote(str(plan.path))} --out {shlex.quote(str(out))}"
         raise SweepInterrupted(f"{str(e).split('; resume with')[0]}; resume with `{cmd}`") from None
