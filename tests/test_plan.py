@@ -194,3 +194,23 @@ def test_bad_drafts_exit_2(tmp_path, capsys, drafts):
     p = _write(tmp_path, PLAN.replace("gammas = [3, 5]", f"gammas = [3]\ndrafts = {drafts}"))
     code, _, err = cli_capsys(capsys, "plan", p, "--out", tmp_path / "out")
     assert code == 2 and "search.drafts" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_replayed_arrivals_csv_replaces_the_rates(tmp_path, capsys):
+    """With fixed.arrivals_csv the log sets the load: one row per option, its rate the log's requests / span."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    arrivals = np.cumsum(rng.exponential(1 / 24, 300))
+    lines = ["arrival_s,prompt_len,output_len"] + [f"{a:.6f},{rng.integers(50, 300)},{rng.integers(50, 500)}"
+                                                   for a in arrivals]
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    text = PLAN.replace("rates = [2, 32]\n", "").replace('length_dist = "lognormal"', 'arrivals_csv = "log.csv"')
+    text = text.replace("prompt_len = 161\noutput_len = 338\n", "")
+    report = run_plan(_write(tmp_path, text), tmp_path / "out", workers=1, progress=False)
+    (row,) = report.rows
+    assert row["replicas_baseline"] >= row["replicas_spec"] >= 1
+    assert 15 < row["rate"] < 30  # 300 requests over the log's span at ~24 req/s
+    p = _write(tmp_path, text.replace("[search]", "[search]\nrates = [4]"), "both.toml")
+    code, _, err = cli_capsys(capsys, "plan", p, "--out", tmp_path / "out2")
+    assert code == 2 and "search.rates" in err

@@ -233,7 +233,7 @@ def _row(plan: PlanSpec, key, ss: list[Search]) -> dict:
     spec = [s for s in ss if s.cand.policy is not None and s.hi is not None]
     best = min(spec, key=lambda s: (s.hi, s.rows[s.hi].get("usd_per_mtok") or float("inf")), default=None)
     row = {"option": name, "hardware": base.option.fields.get("hardware"), "tp": tp,
-           "rate": rate if rate is not None else _replay_rate(base), "replicas_baseline": base.hi,
+           "rate": rate if rate is not None else _replay_rate(base, plan), "replicas_baseline": base.hi,
            "replicas_spec": best.hi if best else None, "best": best.cand.label if best else None,
            "replicas_saved": (base.hi - best.hi) if best and base.hi else None,
            "monotone": all(s.monotone for s in ss),
@@ -272,7 +272,11 @@ def _missed(s: Search, plan: PlanSpec) -> str | None:
     return "met (non-monotone)"
 
 
-def _replay_rate(s: Search) -> float | None:
-    row = next(iter(s.rows.values()), None)
-    return None if row is None else row.get("requests", 0) / row["baseline_walltime_s"] \
-        if row.get("baseline_walltime_s") else None
+def _replay_rate(s: Search, plan: PlanSpec) -> float | None:
+    """A replayed log's mean arrival rate: (requests − 1) / (last arrival − first arrival)."""
+    from specsim.engine.workload import build_workload
+
+    cand = plan.candidates[0]
+    wl = build_workload(plan.config(s.option, s.tp, None, cand, 1))
+    span = float(wl.arrival_s.max() - wl.arrival_s.min()) if wl.n > 1 else 0.0
+    return (wl.n - 1) / span if span > 0 else None
