@@ -23,6 +23,9 @@ Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
 Engine = Literal["simpy", "fast", "auto"]
 EngineProfile = Literal["specsim", "hf-assisted", "vllm-v1"]
+# speculation methods, named as vLLM's SpeculativeConfig names them (specsim.methods.METHODS)
+Method = Literal["draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"]
+HEAD_METHODS = ("eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")  # proposers whose `draft` is a head profile
 
 
 class _Group(BaseModel):
@@ -34,10 +37,16 @@ class DeploymentConfig(_Group):
 
     hardware: str = Field(description="hardware profile name or TOML path")
     target: str = Field(description="target model profile name or TOML path")
-    draft: str = Field(description="draft model profile name or TOML path")
+    draft: str | None = Field(default=None, description="the proposer (vLLM's speculative_config.model): a draft "
+                              "model profile for method draft_model (required then); a head profile "
+                              "(model_profiles/heads/) for the other methods, default the target's shipped "
+                              "head <method>-<target> (ngram / suffix: the host-cost profile of that name)")
     stack: str | None = Field(default=None, description="software-stack profile; None = the hardware's "
                               "default_stack, 'ideal' = idealized roofline")
-    tp: int = Field(default=1, ge=1, le=1024, description="tensor-parallel degree of the target (draft shares it)")
+    tp: int = Field(default=1, ge=1, le=1024, description="tensor-parallel degree of the target (the draft's too "
+                    "unless draft_tp is given)")
+    draft_tp: int | None = Field(default=None, ge=1, le=1024, description="tensor-parallel degree of the draft or "
+                                 "head (vLLM's draft_tensor_parallel_size); None = the target's tp")
     fixed_c: float | None = Field(default=None, ge=0, lt=10,
                                   description="override the cost model: target pass = 1 unit whatever its "
                                               "positions (free verification), draft pass = c units")
@@ -71,6 +80,13 @@ class SpeculationConfig(_Group):
     gamma: int = Field(default=4, ge=1, le=GAMMA_CAP,
                        description="draft length γ (initial value for adaptive policies)")
     policy: Policy = Field(default="fixed", description="γ policy: fixed | optimal | heuristic | oracle | bands")
+    method: Method = Field(default="draft_model", description="speculation method, as vLLM names it: "
+                           "draft_model | eagle | eagle3 | mtp | medusa | ngram | suffix (specsim.methods)")
+    speculative_config: str | None = Field(default=None, description="vLLM's speculative config as JSON, e.g. "
+                                           "'{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}': method, "
+                                           "model (-> draft), num_speculative_tokens (-> gamma), "
+                                           "draft_tensor_parallel_size (-> draft_tp), prompt_lookup_min/max "
+                                           "(specsim.methods.spec_config); a field given both ways must agree")
     num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
         default=None, description="policy 'bands': γ by live batch size, vLLM's shape [[start, end, γ], ...] "
         "(inclusive batch-size ranges, ascending, not overlapping; None = the bands choose-draft advises)")
@@ -148,7 +164,8 @@ FLAT: dict[str, str] = {name: g for name, g in (
     ("slo_tpot_s", "slo"), ("engine", "engine"), ("engine_profile", "engine"), ("max_num_seqs", "engine"),
     ("max_num_batched_tokens", "engine"), ("block_size", "engine"), ("num_gpu_blocks", "engine"),
     ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"),
-    ("draft_kv_budget_tokens", "deployment"))}
+    ("draft_kv_budget_tokens", "deployment"), ("method", "speculation"), ("draft_tp", "deployment"),
+    ("speculative_config", "speculation"))}
 assert sorted(FLAT) == sorted(f for g in GROUPS.values() for f in g.model_fields), "FLAT must list every field once"
 assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a field outside its group"
 FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
@@ -215,7 +232,12 @@ class SimConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _nest(cls, data: Any) -> Any:
-        """Flat keys go into their groups (a key that is neither stays, for pydantic to refuse by name)."""
+        """Flat keys go into their groups (a key that is neither stays, for pydantic to refuse by name); a head
+        method without a `draft` gets the target's shipped head (`_default_head`)."""
+        return _default_head(_speculative_config(cls._grouped(data)))
+
+    @staticmethod
+    def _grouped(data: Any) -> Any:
         if not isinstance(data, dict) or all(k in GROUPS and not isinstance(v, str) for k, v in data.items()):
             return data  # already nested (`engine` is a group and a field: a string is the field)
         out: dict[str, Any] = {g: {} for g in GROUPS}
@@ -253,6 +275,7 @@ class SimConfig(BaseModel):
                     raise RuleViolation("{0} needs the roofline draft; drop {1}", "draft_kv_budget_tokens", other)
             if e.engine_profile != "specsim":
                 raise RuleViolation("{0} belongs to {1} specsim", "draft_kv_budget_tokens", "engine_profile")
+        _method_rules(self)
         bands = self.speculation.num_speculative_tokens_per_batch_size
         if bands is not None:
             if self.speculation.policy != "bands":
@@ -266,6 +289,62 @@ class SimConfig(BaseModel):
             if given:
                 raise RuleViolation("{0} belongs to {1} vllm-v1", given[0], "engine_profile")
         return self
+
+
+def _speculative_config(data: Any) -> Any:
+    """vLLM's speculative config read into its fields (`specsim.methods.spec_config.expand`)."""
+    if not isinstance(data, dict) or not isinstance(data.get("speculation"), (dict, BaseModel)):
+        return data
+    spec = data["speculation"]
+    spec = spec.model_dump(exclude_unset=True) if isinstance(spec, BaseModel) else spec
+    if spec.get("speculative_config") is None:
+        return data
+    from specsim.methods.spec_config import expand  # lazily: the methods package reads profiles
+
+    groups = {k: (v.model_dump(exclude_unset=True) if isinstance(v, BaseModel) else v) for k, v in data.items()}
+    return expand(dict(groups, speculation=spec), flag("speculative_config"))
+
+
+def _default_head(data: Any) -> Any:
+    """No method but a head profile as the draft: the head's method. method ≠ draft_model and no draft: the
+    target's shipped head, `<method>-<target>` (ngram / suffix: the host-cost profile of that name;
+    `specsim.methods.heads.shipped_head_name`), named so results say which."""
+    if not isinstance(data, dict):
+        return data
+    spec, dep = data.get("speculation"), data.get("deployment")
+    spec = spec.model_dump(exclude_unset=True) if isinstance(spec, BaseModel) else spec
+    dep = dep.model_dump(exclude_unset=True) if isinstance(dep, BaseModel) else dep
+    if not isinstance(spec, dict) or not isinstance(dep, dict):
+        return data
+    method, target = spec.get("method"), dep.get("target")
+    if method is None and isinstance(dep.get("draft"), str):  # a head named as the draft says its method
+        from specsim.methods.heads import head_method  # lazily: profiles are read only for this
+
+        method = head_method(dep["draft"])
+        if method is not None:
+            data = dict(data, speculation=dict(spec, method=method))
+    if method in HEAD_METHODS and dep.get("draft") is None and isinstance(target, str):
+        stem = target.replace("\\", "/").rsplit("/", 1)[-1]
+        stem = stem[:-5] if stem.endswith((".toml", ".json")) else stem
+        dep = dict(dep, draft=method if method in ("ngram", "suffix") else f"{method}-{stem}")
+        data = dict(data, deployment=dep)
+    return data
+
+
+def _method_rules(cfg: "SimConfig") -> None:
+    """A draft model is needed for draft_model; the draft-model-only options stay with it."""
+    d, s = cfg.deployment, cfg.speculation
+    if d.draft is None:
+        raise RuleViolation("give {0} (the draft model), or a {1} that needs none", "draft", "method")
+    if s.method == "draft_model":
+        return
+    for other in ("fixed_c", "measured_draft", "draft_kv_budget_tokens"):
+        if getattr(d, other) is not None:
+            raise RuleViolation(f"{{0}} belongs to {{1}} draft_model (got {s.method})", other, "method")
+    if d.draft_catchup:
+        raise RuleViolation(f"{{0}} belongs to {{1}} draft_model (got {s.method})", "draft_catchup", "method")
+    if cfg.engine.engine_profile != "specsim":
+        raise RuleViolation(f"{{0}} {s.method} runs under {{1}} specsim", "method", "engine_profile")
 
 
 def _check_bands(bands) -> None:

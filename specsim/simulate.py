@@ -11,6 +11,9 @@ reports the closed forms beside the simulated figures:
   (Σ eq1(α, γ_step) / steps and Σ eq1 / Σ(γ_step·c + 1)); for the oracle, 1/(1 − α) and 1/(1 − α + αc).
 - clustering_delta = tokens_per_target_run − tokens_per_target_run_eq1 (≈ 0 for i.i.d. β; the effect of
   clustered or position-dependent β otherwise).
+- method (`specsim.methods`, vLLM's names): what the draft slot is and how a step's proposals are priced; c and
+  so speedup_eq5 are the method's own (per proposal; Medusa / n-gram: their one pass per step / γ), and
+  method_host_s_per_request is the host time of one lookup (ngram / suffix; 0 otherwise).
 Time keys ending in _s are in seconds, or in "target-pass units" under fixed_c (time_unit says which).
 """
 
@@ -62,11 +65,17 @@ class SimResult:
 
 def _costs(cfg: SimConfig) -> tuple[StepCosts, Deployment | None]:
     """Step costs and the resolved deployment (None under fixed_c: no profile is read then)."""
+    from specsim import methods
+
     d = cfg.deployment
     if d.fixed_c is not None:
         return StepCosts(None, None, d.fixed_c), None
     dep = Deployment.from_config(cfg)
-    return StepCosts(*dep.cost_models, draft_catchup=d.draft_catchup), dep
+    method = methods.get(cfg.speculation.method)
+    if cfg.speculation.method == "draft_model":  # today's path, untouched
+        return StepCosts(*dep.cost_models, draft_catchup=d.draft_catchup), dep
+    method.check(cfg.speculation.gamma, dep.draft)
+    return StepCosts(*dep.cost_models, method=method, gamma=cfg.speculation.gamma), dep
 
 
 def simulate(cfg: SimConfig) -> SimResult:
@@ -87,6 +96,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem_spec)
     summary.update(_cost_keys(cfg, dep, spec, base, summary))
     summary["engine_profile"] = cfg.engine.engine_profile
+    summary.update(_method_keys(cfg, costs))
     summary.update(extra)
     return SimResult(cfg, summary, wl, spec, base)
 
@@ -148,6 +158,13 @@ def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: d
     keys["energy_ratio"] = _ratio(keys["energy_j_per_token"], keys["baseline_energy_j_per_token"])
     keys["usd_ratio"] = _ratio(keys["usd_per_mtok"], keys["baseline_usd_per_mtok"])
     return keys
+
+
+def _method_keys(cfg, costs: StepCosts) -> dict:
+    """method and its host time per lookup (`Method.summary`)."""
+    from specsim import methods
+
+    return methods.get(cfg.speculation.method).summary(costs.draft)
 
 
 def _ratio(a, b):

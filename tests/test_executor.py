@@ -131,6 +131,10 @@ def test_random_source_from_profile_has_the_profiles_shapes():
         config_from_profile(ModelProfile(name="t5ish", architecture="encoder-decoder", n_layers=1,
                                          n_encoder_layers=1, d_model=8, d_ff=8, n_heads=1, n_kv_heads=1,
                                          head_dim=8, vocab_size=8))
+    from specsim import profiles as prof_lib
+
+    with pytest.raises(ConfigError, match="experts"):  # a MoE profile is refused, never built dense
+        config_from_profile(prof_lib.model("mixtral-8x7b"))
 
 
 def test_bigram_draft_counts_and_smoothing():

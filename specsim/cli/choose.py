@@ -53,6 +53,9 @@ def choose_draft_cmd(
     requests: int | None = typer.Option(None, "--requests", help="requests per simulated point [batch mode: "
                                                                     "max(64, 4·batch); rate mode: 200]"),
     seed: int = typer.Option(0, "--seed"),
+    speculative_config: list[str] | None = typer.Option(None, "--speculative-config", metavar="JSON", help=(
+        "one more candidate in vLLM's speculative-config shape (method, model, draft_tensor_parallel_size) plus "
+        "its acceptance, \"alpha\": A or \"trace\": FILE; repeat for each; γ is searched (--gamma-max)")),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Rank drafts by simulated speedup; recommend γ per batch (or rate) band; break-even load; memory check."""
@@ -60,7 +63,8 @@ def choose_draft_cmd(
 
     for opt, value, allowed in (("--hardware", hardware, "a hardware profile, see `specsim profiles`"),
                                 ("--target", target, "a model profile, see `specsim profiles`"),
-                                ("--draft", draft, "NAME:ALPHA or NAME:TRACE_FILE, one or more")):
+                                ("--draft", draft or speculative_config, "NAME:ALPHA or NAME:TRACE_FILE, one or "
+                                 "more (or --speculative-config)")):
         if not value:
             raise ConfigError("missing option", field=opt, allowed=allowed)
     for opt, v, lo, hi in (("--prompt-len", prompt_len, 1, MAX_LEN), ("--output-len", output_len, 1, MAX_LEN),
@@ -68,13 +72,40 @@ def choose_draft_cmd(
                            ("--gamma-max", gamma_max, 1, GAMMA_CAP), ("--tp", tp, 1, 1024)):
         if v is not None:
             check_range(opt, v, lo=lo, hi=hi)
-    res = choose_draft(hardware, target, draft, batches=_parse_list(batch, "--batch", _int),
+    candidates = list(draft or []) + [_method_candidate(t, target) for t in speculative_config or []]
+    res = choose_draft(hardware, target, candidates, batches=_parse_list(batch, "--batch", _int),
                        rates=_parse_list(rate, "--rate", float), gamma_max=gamma_max, tp=tp, stack=stack,
                        prompt_len=prompt_len, output_len=output_len, requests=requests, seed=seed)
     if json_out:
         emit_json(res)
         return
     _print_human(res)
+
+
+def _method_candidate(text: str, target: str):
+    """A `--speculative-config` candidate: vLLM's keys (`specsim.methods.spec_config`) + "alpha" or "trace"."""
+    from dataclasses import replace
+
+    from specsim.methods.heads import shipped_head_name
+    from specsim.methods.spec_config import FLAG, parse
+    from specsim.studies.choose import parse_draft
+
+    spec = parse(text, extra_keys=("alpha", "trace"))
+    if "gamma" in spec:
+        raise ConfigError("choose-draft searches γ; drop num_speculative_tokens (use --gamma-max)",
+                          field=f"{FLAG}.num_speculative_tokens", value=spec["gamma"], allowed="no such key here")
+    if ("alpha" in spec) == ("trace" in spec):
+        raise ConfigError('give the candidate\'s acceptance: exactly one of "alpha" and "trace"', field=FLAG,
+                          value=text, allowed='e.g. {"method": "eagle3", "alpha": 0.8}')
+    acc = spec.get("alpha", spec.get("trace"))
+    if isinstance(acc, bool) or not isinstance(acc, (int, float, str)):
+        raise ConfigError("must be a number (alpha) or a file path (trace)", field=FLAG, value=acc)
+    model = spec.get("draft") or shipped_head_name(spec["method"], target)
+    d = parse_draft(f"{model}:{acc}")
+    if d.method != spec["method"]:
+        raise ConfigError(f"{model!r} serves method {d.method}", field=f"{FLAG}.model", value=model,
+                          allowed=f"a model or head of method {spec['method']}")
+    return replace(d, text=text, method=spec["method"], draft_tp=spec.get("draft_tp"))
 
 
 def _print_human(res: dict) -> None:
@@ -98,6 +129,8 @@ def _print_human(res: dict) -> None:
         cap = [f"bands: {d['bands_text']}", f"break-even {kind}: {be}", mem]
         if m["message"]:
             cap.append(m["message"])
+        if d.get("why"):
+            cap.append(f"why: {d['why']}")
         if d["trace"] and d["clustering_delta"] is not None:
             cap.append(f"trace clustering: τ − eq. (1) = {d['clustering_delta']:+.3f} tokens per target run")
         t = Table(title=f"{d['draft']} (α={d['alpha']:.3g}, {src}) for {res['target']} on {res['hardware']} "
@@ -120,6 +153,8 @@ def _print_human(res: dict) -> None:
     typer.echo(f"ranking (realized speedup averaged over the {kind} points): "
                + ", ".join(f"{d['rank']}. {d['draft']} {d['mean_realized_speedup']:.2f}×" for d in order))
     typer.echo("recommendation: " + res["recommendation"]["text"])
+    if res["recommendation"].get("why"):
+        typer.echo("why: " + res["recommendation"]["why"])
 
 
 def register(app: typer.Typer) -> None:

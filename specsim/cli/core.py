@@ -35,6 +35,8 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
             "stacks": [s.model_dump() for s in st],
             "models": [{"name": m.name, "architecture": m.architecture, "params": m.total_params,
                         "step_params": m.step_params, "published_params": m.published_params,
+                        "active_params": m.active_params, "n_experts": m.n_experts,
+                        "experts_per_token": m.experts_per_token,
                         "n_layers": m.n_layers, "d_model": m.d_model, "kv_bytes_per_token": m.kv_bytes_per_token,
                         "dtype": m.dtype} for m in ms],
         })
@@ -45,10 +47,12 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
     table("Software-stack profiles", ["name", "bw fraction", "peak fraction", "per call µs", "per layer µs"],
           [(s.name, s.bandwidth_fraction, s.compute_fraction, s.per_call_overhead_s * 1e6,
             s.per_layer_overhead_s * 1e6) for s in st])
-    table("Model profiles", ["name", "kind", "params (derived)", "published", "layers", "d_model", "KV KiB/token"],
+    table("Model profiles", ["name", "kind", "params (derived)", "published", "active (MoE)", "layers", "d_model",
+                             "KV KiB/token"],
           [(m.name, m.architecture, f"{m.total_params / 1e9:.3f} B",
-            f"{m.published_params / 1e9:.3f} B" if m.published_params else "", m.n_layers, m.d_model,
-            m.kv_bytes_per_token / 1024) for m in ms])
+            f"{m.published_params / 1e9:.3f} B" if m.published_params else "",
+            f"{m.active_params / 1e9:.3f} B, {m.experts_per_token} of {m.n_experts}" if m.is_moe else "",
+            m.n_layers, m.d_model, m.kv_bytes_per_token / 1024) for m in ms])
 
 
 def theory_cmd(

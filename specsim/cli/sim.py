@@ -3,7 +3,9 @@
 The options are SimConfig's fields, generated from `specsim.config.FLAT_FIELDS`: the flag from `config.flag`
 (`--field-name`, or the one alias table `CLI_ALIASES`), the help from the field's description, the type from its
 annotation (a choice or a path is a string SimConfig checks; a structured value — vLLM's bands — is JSON).
-Nothing is re-declared here, so a new field is a new option and every message names a flag that exists.
+Nothing is re-declared here, so a new field is a new option and every message names a flag that exists
+(`--speculative-config JSON`, vLLM's speculative config, is the field `speculative_config`: SimConfig reads it into
+method / draft / gamma / draft_tp).
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def _human(cfg, r: dict) -> None:
     unit = "s" if r["time_unit"] == "s" else "target passes"
     g = r["gamma"] if r["gamma"] is not None else r.get("gamma_bands", r["policy"])  # no one γ: bands or oracle
     d = cfg.deployment
-    title = (f"{d.target} ← {d.draft} on {d.hardware}: α = {r['alpha']:.4g}, c = {r['c']:.4g}, "
+    title = (f"{d.target} ← {d.draft} ({r['method']}) on {d.hardware}: α = {r['alpha']:.4g}, c = {r['c']:.4g}, "
              f"policy {r['policy']} (γ = {g}, mean {r['gamma_mean']:.3g}), {r['mode']} loop")
     table(title, ["quantity", "simulated", "closed form", "closed form is"], [
         ("speedup", r["speedup"], r["speedup_eq5"], "eq. (5)"),

@@ -9,6 +9,11 @@ adds the memory and compute times instead of taking the larger); measured mode (
 Tensor parallelism splits weights and FLOPs tp ways and adds two all-reduces per layer; `check_tp` refuses a
 degree the model's heads or the node cannot take (TP_RULE), and the KV cache per chip counts replicated KV heads.
 
+Mixture of experts: a pass over N = batch x positions tokens reads the attention and shared weights plus the
+expected distinct experts those tokens route to (`ModelProfile.pass_params`, specsim.profiles.moe), so verifying
+γ+1 positions costs more bytes than one even at batch 1; FLOPs count the active parameters; memory holds every
+expert. Under TP the experts split tp ways like the dense FFN (no expert parallelism).
+
 A KV budget (`kv_budget_tokens`, the draft's `draft_kv_budget_tokens`) caps the cached context a pass reads and
 attends to, and the KV it keeps, at that many tokens per sequence (StreamingLLM's attention sinks + sliding window,
 Xiao et al. 2023; long-context speculation with a capped-KV draft, MagicDec, Chen et al. 2024, TriForce, Sun et al.
@@ -32,14 +37,21 @@ Mode = Literal["ideal", "calibrated"]
 # vLLM's rule (QKVParallelLinear, MergedColumnParallelLinear): query heads and the FFN split evenly; KV heads split
 # evenly too, or, when tp exceeds n_kv_heads, each chip holds one replica of a KV head (tp a multiple of n_kv_heads).
 # A group spans at most one node (HardwareProfile.chips_per_node).
-TP_RULE = "tp must divide n_heads and d_ff, and divide n_kv_heads or be a multiple of it (KV heads then replicated)"
+# A MoE model's experts split tp ways like the dense FFN (each expert's d_ff sharded on every chip, vLLM's FusedMoE
+# without expert parallelism, which specsim does not model), so tp must divide expert_d_ff too; MLA's one latent
+# "KV head" is kept whole on every chip (n_kv_heads = 1).
+TP_RULE = "tp must divide n_heads and d_ff (and expert_d_ff), and divide n_kv_heads or be a multiple of it (KV " \
+          "heads then replicated)"
 
 
 def _tp_problem(model: ModelProfile, tp: int) -> str | None:
     if model.n_heads % tp:
         return f"{tp} does not divide n_heads = {model.n_heads}"
-    if model.d_ff % tp:
+    expert_d_ff = getattr(model, "expert_d_ff", None) if getattr(model, "n_experts", None) else None
+    if model.d_ff % tp and not (expert_d_ff and model.n_dense_layers == 0):  # d_ff unused without dense layers
         return f"{tp} does not divide d_ff = {model.d_ff}"
+    if expert_d_ff and expert_d_ff % tp:
+        return f"{tp} does not divide expert_d_ff = {expert_d_ff}"
     if model.n_kv_heads % tp and tp % model.n_kv_heads:
         return f"{tp} neither divides n_kv_heads = {model.n_kv_heads} nor is a multiple of it"
     return None
@@ -133,7 +145,8 @@ class CostModel:
     def pass_bytes(self, batch: int, positions: int, context: int, cross_context: int | None = None) -> float:
         m = self.model
         cross_context = self.cross_context if cross_context is None else cross_context
-        weights = m.step_params * m.bytes_per_param
+        # a MoE pass reads the experts its batch x positions tokens wake (ModelProfile.pass_params); dense: all
+        weights = m.pass_params(batch * positions) * m.bytes_per_param
         # per chip: each holds n_kv_heads / tp KV heads, or one replicated head when tp exceeds n_kv_heads
         kv = batch * (self.kv_context(context) + positions) * self.kv_bytes_per_token_per_chip
         # T5 decoders re-read the encoder's cross-attention K/V every step (full heads, split evenly).
@@ -144,10 +157,13 @@ class CostModel:
         m = self.model
         cross_context = self.cross_context if cross_context is None else cross_context
         tokens = batch * positions
-        dense = 2.0 * m.matmul_params_per_token * tokens
+        dense = 2.0 * m.matmul_params_per_token * tokens  # MoE: the active parameters only
         # QK^T and AV: 2 matmuls x 2 FLOPs per multiply-add over the live keys (causal within the P new ones).
         keys = self.kv_context(context) + (positions + 1) / 2.0
-        attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * keys * tokens
+        if m.kv_lora_rank is None:
+            attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * keys * tokens
+        else:  # MLA, weight-absorbed (specsim.profiles.moe)
+            attn = float(m.n_layers * m.attention_flops_per_key) * keys * tokens
         if m.architecture == "encoder-decoder":
             attn += 4.0 * m.n_layers * m.n_heads * m.head_dim * cross_context * tokens
         return (dense + attn) / self.tp

@@ -1,7 +1,10 @@
 """Durations (and bytes, FLOPs) of one engine iteration, from the cost model, cached for speed.
 
-- Target and draft run on the same hardware, stack and TP degree (stack None → the hardware's default_stack,
-  'ideal' → the idealized roofline).
+- Target and draft run on the same hardware and stack (stack None → the hardware's default_stack, 'ideal' → the
+  idealized roofline); the draft's TP degree may differ (`Memory` divides each model's weights by its own).
+- The speculation method (`specsim.methods`, `method=`) says how many draft passes a step of γ proposals runs:
+  γ for chain proposers (a draft model, an EAGLE / MTP head), 1 for Medusa and the n-gram / suffix lookups
+  (`Method.passes`); the draft's cost model is the method's (`specsim.methods.pricing`). None = draft_model.
 - Every pass is priced at the live context: for a batch, the context argument is the mean live KV length over the
   batch and the batch argument is B, which is exact for the roofline (KV bytes and attention FLOPs are linear in
   the per-sequence context, so B·mean = Σ).
@@ -100,8 +103,11 @@ class StepCosts:
     """Iteration durations for the speculative engine and its baseline."""
 
     def __init__(self, target: CostModel | None, draft: CostModel | None, fixed_c: float | None = None,
-                 draft_catchup: bool = False):
+                 draft_catchup: bool = False, method=None, gamma: int = 1):
         self.fixed_c = fixed_c
+        self.method = method  # a specsim.methods.Method; None = draft_model (γ passes per step)
+        self.one_pass = bool(getattr(method, "one_pass", False))
+        self.c_divisor = method.c_divisor(gamma) if method is not None else 1
         self.catchup = bool(draft_catchup) and fixed_c is None  # under fixed_c a draft pass is c whatever its rows
         self.target, self.draft = target, draft
         if fixed_c is None:
@@ -159,7 +165,8 @@ class StepCosts:
         if G:
             d2 = Ld - i2 * CONTEXT_BUCKET
             dt0, dst, db0, dsb, df0, dsf = ds
-            t, b, f = t + G * (dt0 + d2 * dst), b + G * (db0 + d2 * dsb), f + G * (df0 + d2 * dsf)
+            n = 1 if self.one_pass else G  # draft passes this step (Method.passes)
+            t, b, f = t + n * (dt0 + d2 * dst), b + n * (db0 + d2 * dsb), f + n * (df0 + d2 * dsf)
             if K:
                 ct, cb, cf = self.catchup_extra(B, L, Xi)
                 w = K / B
@@ -200,7 +207,8 @@ class StepCosts:
                 tt, bb, ff = self.t.vec(int(g) + 1, L[m], int(x))
                 if g:
                     dt, db, df = self.d.vec(1, L[m] + (int(g) - 1) / 2, int(x))
-                    tt, bb, ff = tt + int(g) * dt, bb + int(g) * db, ff + int(g) * df
+                    n = 1 if self.one_pass else int(g)  # draft passes this step (Method.passes)
+                    tt, bb, ff = tt + n * dt, bb + n * db, ff + n * df
                 t[m], b[m], f[m] = tt, bb, ff
         if self.catchup and K is not None and n and K.any():
             wide = (K > 0) & (G > 0)  # a step without draft passes (oracle γ = 0) has no pass to widen
@@ -218,10 +226,12 @@ class StepCosts:
 
     # --- c and memory ----------------------------------------------------------------------------------
     def derived_c(self, prompt_len: int, batch: int = 1) -> float:
-        """c of these costs: fixed_c when set, else `roofline.cost_ratio_c` (the one definition)."""
+        """c of these costs: fixed_c when set, else `roofline.cost_ratio_c` (the one definition) — per proposal:
+        a one-pass method's step pass serves γ tokens, so its c_eff is the pass's ratio / γ (`Method.c_divisor`)."""
         if self.fixed_c is not None:
             return float(self.fixed_c)
-        return cost_ratio_c(self.target, self.draft, prompt_len, batch)
+        c = cost_ratio_c(self.target, self.draft, prompt_len, batch)
+        return c / self.c_divisor if self.c_divisor != 1 else c
 
 
 class Memory:
@@ -237,12 +247,17 @@ class Memory:
         cm0 = models[0]
         self.tp = cm0.tp
         self.capacity = cm0.hardware.memory_capacity_gb * 1e9
-        self.weights = sum(cm.model.weight_bytes for cm in models) / self.tp
-        self.kv_per_token = sum(kv_bytes_per_token_per_chip(cm.model, cm.tp) for cm in models)  # KV heads replicate
+        if all(cm.tp == self.tp for cm in models):  # one TP degree: summed, then split (as always)
+            self.weights = sum(_weight_bytes(cm) for cm in models) / self.tp
+        else:  # a draft on its own TP degree (draft_tp): each model's weights split its own way
+            self.weights = sum(_weight_bytes(cm) / cm.tp for cm in models)
+        self.kv_per_token = sum(_kv_per_token(cm) for cm in models)  # KV heads replicate
         # a model with a KV budget (the draft's draft_kv_budget_tokens) keeps at most that many tokens per request
-        self.capped = [(kv_bytes_per_token_per_chip(cm.model, cm.tp), cm.kv_budget_tokens) for cm in models
+        self.capped = [(_kv_per_token(cm), cm.kv_budget_tokens) for cm in models
                        if getattr(cm, "kv_budget_tokens", None) is not None]
-        self.cross_per_token = sum(cm.model.cross_kv_bytes_per_token for cm in models) / self.tp
+        cross = [cm.model.cross_kv_bytes_per_token for cm in models]
+        self.cross_per_token = sum(cross) / self.tp if all(cm.tp == self.tp for cm in models) else \
+            sum(x / cm.tp for x, cm in zip(cross, models))
         self.enc_dec = cm0.model.architecture == "encoder-decoder"
 
     def request_bytes(self, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
@@ -269,3 +284,16 @@ class Memory:
                 f"(incl. cross-attention) per chip beside {self.weights / 1e9:.2f} GB of weights, but "
                 f"{self.models[0].hardware.name} has {self.capacity / 1e9:g} GB; allowed: a larger --tp, shorter "
                 f"requests or a larger device")
+
+
+def _weight_bytes(cm) -> float:
+    """All chips' weights of one model: a head's own (`own_weight_bytes`: a shared LM head not counted twice)."""
+    own = getattr(cm, "own_weight_bytes", None)
+    return cm.model.weight_bytes if own is None else own
+
+
+def _kv_per_token(cm) -> float:
+    """KV bytes per token per chip: a method's head says its own (Medusa: none), a model follows its profile."""
+    if getattr(cm, "own_weight_bytes", None) is not None:
+        return cm.kv_bytes_per_token_per_chip
+    return kv_bytes_per_token_per_chip(cm.model, cm.tp)

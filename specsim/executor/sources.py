@@ -247,6 +247,10 @@ def config_from_profile(profile, layers: int | None = None, max_positions: int =
     if profile.architecture != "decoder" or profile.ffn != "gated" or profile.learned_positions:
         raise ConfigError("random-weight models are built for gated decoder-only profiles (Llama/Qwen/Mistral)",
                           field="profile", value=profile.name, allowed="a decoder profile with ffn = 'gated'")
+    if getattr(profile, "is_moe", False) or getattr(profile, "kv_lora_rank", None) is not None:
+        raise ConfigError("random-weight models are built for dense attention and FFNs: this profile has experts or "
+                          "latent attention, which a Llama/Qwen2 config would silently drop", field="profile",
+                          value=profile.name, allowed="a dense decoder profile (no n_experts, no kv_lora_rank)")
     common = {"vocab_size": profile.vocab_size, "hidden_size": profile.d_model, "intermediate_size": profile.d_ff,
               "num_hidden_layers": int(layers or profile.n_layers), "num_attention_heads": profile.n_heads,
               "num_key_value_heads": profile.n_kv_heads, "head_dim": profile.head_dim,

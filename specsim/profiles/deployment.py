@@ -12,7 +12,12 @@ profiles by one rule each, and then yields:
 The stack rule, the same for every command (simulate, compare, choose-draft, roofline, calibrate's base, the
 sweep): no stack (or 'default') = the hardware's `default_stack` (the idealized roofline when it names none);
 'ideal' = the idealized roofline; anything else = that stack profile's name or TOML path.
-The draft's TP degree defaults to the target's (`draft_tp`); today every cost model shares it.
+The draft's TP degree defaults to the target's (`draft_tp`, vLLM's draft_tensor_parallel_size): the draft's cost
+model, its TP checks and its share of the weights and KV per chip follow it.
+
+The speculation method (`method`, `specsim.methods`) says what the draft slot holds: a draft model profile
+(draft_model) or a head profile (eagle, eagle3, mtp, medusa, ngram, suffix; `specsim.methods.heads`), and builds
+the draft's cost model from it (`specsim.methods.pricing`).
 """
 
 from __future__ import annotations
@@ -62,17 +67,32 @@ def file_digest(path: str) -> str:
     return _FILE_DIGESTS[key]
 
 
-_LOADERS = {"hardware": loader.hardware, "stack": loader.stack, "target": loader.model, "draft": loader.model}
+def _head(name):
+    from specsim.methods import heads
+
+    return heads.head(name)
+
+
+def _draft(name):
+    """The draft slot: a model profile, or a head profile (a head name or a TOML file naming a method)."""
+    from specsim.methods import heads
+
+    return heads.head(name) if heads.is_head(name) else loader.model(name)
+
+
+_LOADERS = {"hardware": loader.hardware, "stack": loader.stack, "target": loader.model, "draft": _draft,
+            "head": _head}
 
 
 def load_profile(role: str, name, hardware: HardwareProfile | None = None):
-    """The profile for one role (hardware, stack, target, draft) by the loader; an unknown *name* is refused
-    naming the role, not the kind ("unknown draft profile"). A stack follows `resolve_stack` on `hardware`."""
+    """The profile for one role (hardware, stack, target, draft, head) by the loader; an unknown *name* is refused
+    naming the role, not the kind ("unknown draft profile"). A stack follows `resolve_stack` on `hardware`; a
+    draft may be a model or a head profile."""
     load = (lambda n: resolve_stack(hardware, n)) if role == "stack" and hardware is not None else _LOADERS[role]
     try:
         return load(name)
     except ConfigError as e:
-        if e.file is None and e.field in ("hardware", "stack", "model"):
+        if e.file is None and e.field in ("hardware", "stack", "model", "head"):
             raise ConfigError(f"unknown {role} profile{str(e.message).removeprefix(f'unknown {e.field} profile')}",
                               field=role, value=e.value, allowed=e.allowed) from None
         raise
@@ -89,23 +109,28 @@ class Deployment:
     measured_target: str | None = None  # CSV of measured pass times instead of the roofline
     measured_draft: str | None = None
     draft_kv_budget_tokens: int | None = None  # the draft's KV cap per sequence (roofline only; None = full context)
+    method: str = "draft_model"  # what the draft slot holds and how it is priced (specsim.methods)
 
     @classmethod
     def resolve(cls, hardware: str, target: str, draft: str | None = None, *, stack: str | None = None, tp: int = 1,
                 draft_tp: int | None = None, measured_target: str | None = None,
-                measured_draft: str | None = None, draft_kv_budget_tokens: int | None = None) -> "Deployment":
+                measured_draft: str | None = None, draft_kv_budget_tokens: int | None = None,
+                method: str = "draft_model") -> "Deployment":
         hw = load_profile("hardware", hardware)
         st = load_profile("stack", stack, hw)
         t = load_profile("target", target)
-        d = None if draft is None else load_profile("draft", draft)
-        return cls(hw, st, t, d, tp, draft_tp, measured_target, measured_draft, draft_kv_budget_tokens)
+        d = None if draft is None else _method_draft(method, draft, t)
+        return cls(hw, st, t, d, tp, draft_tp, measured_target, measured_draft, draft_kv_budget_tokens, method)
 
     @classmethod
     def from_config(cls, cfg) -> "Deployment":
-        """From a SimConfig (or its deployment group)."""
+        """From a SimConfig (or its deployment group: the method is then draft_model)."""
         d = getattr(cfg, "deployment", cfg)
-        return cls.resolve(d.hardware, d.target, d.draft, stack=d.stack, tp=d.tp, measured_target=d.measured_target,
-                           measured_draft=d.measured_draft, draft_kv_budget_tokens=d.draft_kv_budget_tokens)
+        spec = getattr(cfg, "speculation", None)
+        return cls.resolve(d.hardware, d.target, d.draft, stack=d.stack, tp=d.tp, draft_tp=d.draft_tp,
+                           measured_target=d.measured_target, measured_draft=d.measured_draft,
+                           draft_kv_budget_tokens=d.draft_kv_budget_tokens,
+                           method=spec.method if spec is not None else "draft_model")
 
     @property
     def draft_tp_degree(self) -> int:
@@ -118,6 +143,8 @@ class Deployment:
         t = self._cost_model(self.target, self.tp, self.measured_target, flag("measured_target"))
         if self.draft is None:
             return t, None
+        if self.method != "draft_model":
+            return t, self._head_cost_model()
         if self.target.architecture != self.draft.architecture:
             raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="draft",
                               value=self.draft.name, allowed=f"a {self.target.architecture} model like the target")
@@ -128,10 +155,26 @@ class Deployment:
         return t, self._cost_model(self.draft, self.draft_tp_degree, self.measured_draft, flag("measured_draft"),
                                    budget)
 
+    def _head_cost_model(self):
+        from specsim import methods
+        from specsim.cost.roofline import check_tp
+
+        if self.target.architecture != "decoder":
+            raise ConfigError(f"method {self.method} needs a decoder-only target", field="target",
+                              value=self.target.name, allowed="a decoder-only target, or method draft_model")
+        cm = methods.get(self.method).cost_model(self.draft, self.hardware, self.stack, self.draft_tp_degree)
+        if not getattr(cm, "host_only", False):
+            check_tp(cm.model, self.hardware, self.draft_tp_degree)
+        return cm
+
     def _cost_model(self, model: ModelProfile, tp: int, measured: str | None, field: str,
                     kv_budget_tokens: int | None = None):
         from specsim.cost.roofline import CostModel, check_tp
 
+        if not isinstance(model, ModelProfile):  # a head standing alone (the sweep's per-profile check)
+            from specsim import methods
+
+            return methods.get(model.method).cost_model(model, self.hardware, self.stack, tp)
         if measured is None:
             return CostModel(model, self.hardware, self.stack, tp=tp, kv_budget_tokens=kv_budget_tokens)
         check_tp(model, self.hardware, tp)
@@ -142,7 +185,8 @@ class Deployment:
         from specsim.cost.steptime import Memory
 
         target, draft = self.cost_models
-        return Memory([target, draft], spec_extra), Memory([target], 0)
+        models = [target] + ([] if draft is None or getattr(draft, "host_only", False) else [draft])
+        return Memory(models, spec_extra), Memory([target], 0)
 
     @property
     def peak_bytes_s(self) -> float:
@@ -169,6 +213,35 @@ class Deployment:
             if getattr(self, k) is not None:
                 out[k] = file_digest(getattr(self, k))
         return out
+
+
+def _method_draft(method: str, name: str, target: ModelProfile):
+    """The draft slot's profile for `method`: a model profile for draft_model, else a head profile of that method
+    (one line naming what to pass when it is missing or of another method)."""
+    from specsim import methods
+    from specsim.methods import heads
+
+    m = methods.get(method)
+    if m.model_kind == "model":
+        prof = load_profile("draft", name)
+        if not isinstance(prof, ModelProfile):
+            raise ConfigError(f"{prof.name!r} is a {prof.method} head, not a draft model", field="draft", value=name,
+                              allowed=f"a model profile, or method {prof.method}")
+        return prof
+    if not heads.is_head(name):
+        if loader.is_path(name) or name != heads.shipped_head_name(method, target.name):
+            raise ConfigError(f"method {method} takes a {method} head profile", field="draft", value=name,
+                              allowed=", ".join(heads.heads_for(method)) + "; or a head TOML path")
+        raise ConfigError(f"no {method} head ships for {target.name}", field="--speculative-config",
+                          value=f"method {method} without a model", allowed=f'a "model": a head profile of method '
+                          f"{method} (shipped: {', '.join(heads.heads_for(method)) or 'none'}) or a head TOML path")
+    h = heads.head(name)
+    if h.method != method:
+        raise m.wrong_head(h)
+    if h.target not in ("*", target.name):
+        raise ConfigError(f"head {h.name!r} was trained for {h.target}, not {target.name}", field="draft",
+                          value=name, allowed=f"a {method} head for {target.name}")
+    return h
 
 
 def _measured(model: ModelProfile, hardware: HardwareProfile, tp: int, path: str, field: str):

@@ -1,10 +1,12 @@
-"""A ModelProfile from a Hugging Face `config.json` (Llama, Qwen2, Mistral, GPT-2 and T5 families).
+"""A ModelProfile from a Hugging Face `config.json` (Llama, Qwen2, Mistral, GPT-2, T5; MoE: Mixtral, Qwen3-MoE,
+DeepSeek-V2/V3 with its multi-head latent attention).
 
-Only dense transformers are imported: a mixture-of-experts config (Mixtral, Qwen2/Qwen3-MoE, DeepSeek, DBRX, ...)
-is refused, because the cost model would read every expert's weights as one dense FFN on every step and report
-a model several times too slow and too large; a quantized checkpoint is refused too (its `torch_dtype` is the
-activations' dtype, not the weights'). Every problem — not JSON, not an object, a missing key, a value of the
-wrong type — is one ConfigError naming the file and the key.
+Other mixture-of-experts families (Qwen2-MoE, DBRX, OLMoE, Jamba, ...) are refused: their routing or shared-expert
+layouts are not read, and pricing their experts as one dense FFN would report a model several times too slow and
+too large. A quantized checkpoint is refused (its `torch_dtype` is the activations' dtype, not the weights'),
+except quant_method "fp8" (DeepSeek-V3's published checkpoint: float8 e4m3 weights with per-block scales, which are
+ignored), read as dtype fp8. Every problem — not JSON, not an object, a missing key, a value of the wrong type —
+is one ConfigError naming the file and the key.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from specsim.errors import ConfigError
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 _MOE_TYPES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba",
               "granitemoe", "phimoe", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss", "llama4", "arctic"}
+_MOE_IMPORTED = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 _HF_DTYPES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 _MISSING = object()
 
@@ -62,12 +65,12 @@ def _experts(cfg: dict) -> tuple[str, object] | None:
 
 def _refuse_unrepresentable(cfg: dict, path: Path) -> None:
     moe = _experts(cfg)
-    if moe is not None:
-        raise ConfigError("a mixture-of-experts model: the cost model represents dense transformers only and would "
-                          "price every expert as one dense FFN; refused until MoE is modelled", file=path,
-                          field=moe[0], value=moe[1], allowed="a dense model's config.json")
+    if moe is not None and cfg.get("model_type") not in _MOE_IMPORTED:
+        raise ConfigError("a mixture-of-experts family specsim does not import: its experts would be priced as one "
+                          "dense FFN", file=path, field=moe[0], value=moe[1],
+                          allowed=f"a dense model's config.json, or model_type {', '.join(_MOE_IMPORTED)}")
     q = cfg.get("quantization_config")
-    if q is not None:
+    if q is not None and not _fp8(cfg):
         method = q.get("quant_method") if isinstance(q, dict) else q
         raise ConfigError("a quantized checkpoint: torch_dtype gives the activations, not the stored weights; "
                           "write a TOML profile with the weights' dtype (int4, int8 or fp8) instead", file=path,
@@ -84,7 +87,7 @@ class _Cfg:
             raise ConfigError("not a string", file=path, field="model_type", value=mt, allowed="e.g. 'llama'")
         self.model_type = mt
 
-    def int_(self, key: str, default=_MISSING) -> int:
+    def int_(self, key: str, default=_MISSING, lo: int = 1) -> int:
         v = self.cfg.get(key)
         if v is None:
             if default is _MISSING:
@@ -93,8 +96,16 @@ class _Cfg:
             return default
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError("not an integer", file=self.path, field=key, value=v, allowed="a positive integer")
-        if v < 1:
-            raise ConfigError("value out of range", file=self.path, field=key, value=v, allowed=">= 1")
+        if v < lo:
+            raise ConfigError("value out of range", file=self.path, field=key, value=v, allowed=f">= {lo}")
+        return v
+
+    def ints(self, key: str) -> list[int]:
+        """A list of non-negative integers (absent or null: empty)."""
+        v = self.cfg.get(key) or []
+        if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in v):
+            raise ConfigError("not a list of layer indices", file=self.path, field=key, value=v,
+                              allowed="a list of integers >= 0")
         return v
 
     def _typed(self, key: str, default, kind: type, what: str, allowed: str):
@@ -113,6 +124,8 @@ class _Cfg:
         return self._typed(key, default, str, "string", "a string")
 
     def dtype(self) -> str:
+        if _fp8(self.cfg):
+            return "fp8"
         key = "torch_dtype" if self.cfg.get("torch_dtype") is not None else "dtype"
         v = self.str_(key, "bfloat16")
         if v not in _HF_DTYPES:
@@ -151,6 +164,51 @@ def _fields(c: _Cfg) -> dict:
                 attention_bias=c.bool_("attention_bias", c.model_type == "qwen2"))
 
 
+def _fp8(cfg: dict) -> bool:
+    q = cfg.get("quantization_config")
+    return isinstance(q, dict) and q.get("quant_method") == "fp8"
+
+
+def _moe_layers(c: _Cfg) -> int:
+    """MoE layers by the family's own rule: Qwen3MoeDecoderLayer (not in mlp_only_layers, (i + 1) divisible by
+    decoder_sparse_step), DeepseekV3DecoderLayer (i >= first_k_dense_replace, i divisible by moe_layer_freq)."""
+    n = c.int_("num_hidden_layers")
+    if c.model_type == "qwen3_moe":
+        step, dense = c.int_("decoder_sparse_step", 1), set(c.ints("mlp_only_layers"))
+        return sum(1 for i in range(n) if i not in dense and (i + 1) % step == 0)
+    if c.model_type.startswith("deepseek"):
+        first, freq = c.int_("first_k_dense_replace", 0, lo=0), c.int_("moe_layer_freq", 1)
+        return sum(1 for i in range(n) if i >= first and i % freq == 0)
+    return n  # Mixtral: every layer
+
+
+def _moe_family_fields(c: _Cfg) -> dict:
+    """The MoE (and, for DeepSeek, MLA) fields; keys and defaults as the transformers config classes."""
+    key = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts"}.get(c.model_type, "n_routed_experts")
+    out = dict(n_experts=c.int_(key), experts_per_token=c.int_("num_experts_per_tok"),
+               n_dense_layers=c.int_("num_hidden_layers") - _moe_layers(c))
+    if c.model_type != "mixtral":  # Mixtral's experts are intermediate_size wide
+        out["expert_d_ff"] = c.int_("moe_intermediate_size")
+    if c.model_type.startswith("deepseek"):
+        rope = c.int_("qk_rope_head_dim")
+        out.update(n_shared_experts=c.int_("n_shared_experts", 0, lo=0), kv_lora_rank=c.int_("kv_lora_rank"),
+                   q_lora_rank=c.int_("q_lora_rank", None), qk_rope_head_dim=rope, v_head_dim=c.int_("v_head_dim"),
+                   head_dim=c.int_("qk_nope_head_dim") + rope, n_kv_heads=1)
+    return out
+
+
+def _moe_fields(c: _Cfg) -> dict:
+    """`_moe_family_fields`, a missing key reported as an incomplete mixture-of-experts config."""
+    try:
+        return _moe_family_fields(c)
+    except ConfigError as e:
+        if not e.message.startswith("missing field"):
+            raise
+        found = _experts(c.cfg) or ("model_type", c.model_type)
+        raise ConfigError(f"a mixture-of-experts config without {e.field}", file=c.path, field=found[0],
+                          value=found[1], allowed=f"a {c.model_type} config.json that defines {e.field}") from None
+
+
 def profile_from_hf_config(path: str | Path, name: str | None = None):
     """`config.json` (or a folder holding it) → ModelProfile; refuses what the cost model cannot represent."""
     from specsim.profiles import ModelProfile
@@ -160,6 +218,8 @@ def profile_from_hf_config(path: str | Path, name: str | None = None):
     _refuse_unrepresentable(cfg, path)
     c = _Cfg(cfg, path)
     fields = _fields(c)
+    if c.model_type in _MOE_IMPORTED:
+        fields.update(_moe_fields(c))
     given = cfg.get("_name_or_path")
     stem = path.resolve().parent.name if path.name == "config.json" else path.stem
     name = name or (given if isinstance(given, str) and given else None) or stem or "hf-model"

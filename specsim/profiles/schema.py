@@ -14,6 +14,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specsim.errors import ConfigError, FieldError
+from specsim.profiles import moe
 
 # Storage bytes per parameter: IEEE 754 binary32 / bfloat16 / binary16, OCP FP8 (E4M3, E5M2), int8, and int4
 # packed two to a byte (GPTQ/AWQ layouts; their per-group scales are ignored).
@@ -127,7 +128,9 @@ IDEAL_STACK = StackProfile(name="ideal", description="idealized roofline: full p
 
 
 class ModelProfile(_Strict):
-    """Transformer architecture; every size follows from these fields."""
+    """Transformer architecture; every size follows from these fields. Mixture-of-experts layers and multi-head
+    latent attention are optional field groups whose sizes `specsim.profiles.moe` derives; d_ff is then the dense
+    layers' FFN width (and every expert's unless expert_d_ff is set)."""
 
     name: str
     description: str = ""
@@ -151,6 +154,24 @@ class ModelProfile(_Strict):
     published_params: float | None = Field(default=None, gt=0, le=1e15,
                                            description="published total; must agree with the derived count "
                                                        "within PUBLISHED_PARAMS_TOLERANCE")
+    # Mixture of experts (all unset = a dense model; sizes and routing in specsim.profiles.moe). Mixtral: Jiang et al.
+    # 2024; DeepSeek-V3 report (DeepSeek-AI 2024); Qwen3 technical report (Qwen team 2025).
+    n_experts: int | None = Field(default=None, ge=1, le=65_536, description="routed experts per MoE layer (E)")
+    experts_per_token: int | None = Field(default=None, ge=1, le=65_536, description="routed experts per token (k)")
+    n_shared_experts: int = Field(default=0, ge=0, le=1024, description="experts every token uses (DeepSeek)")
+    expert_d_ff: int | None = Field(default=None, ge=1, le=10_000_000, description="one expert's FFN width [d_ff]")
+    n_dense_layers: int = Field(default=0, ge=0, le=1000, description="decoder layers with the dense d_ff FFN")
+    expert_load: list[Annotated[float, Field(gt=0, le=1e15)]] | None = Field(
+        default=None, min_length=1, max_length=65_536,
+        description="measured relative tokens per routed expert (any scale; unset = uniform routing)")
+    published_active_params: float | None = Field(default=None, gt=0, le=1e15,
+                                                  description="published active parameters per token")
+    # Multi-head latent attention (DeepSeek-V2/V3; all unset = grouped-query attention): head_dim is then the
+    # query/key head (qk_nope_head_dim + qk_rope_head_dim) and n_kv_heads is 1 (specsim.profiles.moe).
+    kv_lora_rank: int | None = Field(default=None, ge=1, le=1_000_000)
+    q_lora_rank: int | None = Field(default=None, ge=1, le=1_000_000, description="unset = a full query projection")
+    qk_rope_head_dim: int | None = Field(default=None, ge=1, le=10_000)
+    v_head_dim: int | None = Field(default=None, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelProfile":
@@ -173,12 +194,15 @@ class ModelProfile(_Strict):
                              field="head_dim", value=self.head_dim,
                              allowed=f"n_heads·head_dim between {lo:g}× and {hi:g}× d_model for a {self.architecture}"
                                      f" model")
-        if self.published_params is not None:
-            err = self.total_params / self.published_params - 1
+        moe.check_moe(self)
+        moe.check_mla(self)
+        for field, derived in (("published_params", self.total_params),
+                               ("published_active_params", self.active_params)):
+            published = getattr(self, field)
+            err = 0.0 if published is None else derived / published - 1
             if abs(err) > PUBLISHED_PARAMS_TOLERANCE:
-                raise FieldError(f"the architecture fields give {self.total_params:,} parameters, "
-                                 f"{100 * err:+.0f}% off the published figure", field="published_params",
-                                 value=self.published_params,
+                raise FieldError(f"the architecture fields give {derived:,} parameters, "
+                                 f"{100 * err:+.0f}% off the published figure", field=field, value=published,
                                  allowed=f"within ±{PUBLISHED_PARAMS_TOLERANCE:.0%} of the derived count "
                                          f"(fix the architecture fields, or the figure)")
         return self
@@ -197,7 +221,13 @@ class ModelProfile(_Strict):
         return self.n_kv_heads * self.head_dim
 
     @property
+    def is_moe(self) -> bool:
+        return self.n_experts is not None
+
+    @property
     def self_attention_params(self) -> int:
+        if self.kv_lora_rank is not None:
+            return moe.mla_attention_params(self)
         p = self.d_model * self._q_dim * 2 + self.d_model * self._kv_dim * 2
         if self.attention_bias:
             p += self._q_dim + 2 * self._kv_dim
@@ -234,25 +264,54 @@ class ModelProfile(_Strict):
         return 0 if self.tied_embeddings else self.vocab_size * self.d_model
 
     @property
+    def decoder_params(self) -> int:
+        """Every decoder layer's weights; a MoE model's all experts (`decoder_layer_params` is a dense layer)."""
+        return moe.decoder_params(self) if self.is_moe else self.n_layers * self.decoder_layer_params
+
+    @property
     def total_params(self) -> int:
-        return (self.embedding_params + self.lm_head_params + self.encoder_params
-                + self.n_layers * self.decoder_layer_params)
+        return self.embedding_params + self.lm_head_params + self.encoder_params + self.decoder_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (published 'active' figures): the total for a dense model."""
+        return moe.active_params(self) if self.is_moe else self.total_params
 
     @property
     def step_params(self) -> int:
-        """Weights one decode step reads: decoder layers + LM head (the encoder ran once per request)."""
+        """Weights a decode step reads when every expert wakes: decoder layers + LM head (the encoder ran once per
+        request). A dense model always reads these; a MoE pass reads `pass_params(tokens)`, at most this."""
         head = self.vocab_size * self.d_model  # tied or not, the head matrix is read in full
-        return self.n_layers * self.decoder_layer_params + head
+        return self.decoder_params + head
+
+    def pass_params(self, tokens: int) -> float:
+        """Weights a pass over `tokens` tokens (batch x positions) reads: `step_params` for a dense model, the
+        attention, shared weights and expected distinct experts for a MoE one (`specsim.profiles.moe`)."""
+        return moe.pass_params(self, tokens) if self.is_moe else self.step_params
+
+    def expected_distinct_experts(self, tokens: int) -> float:
+        """Routed experts a pass over `tokens` tokens wakes per MoE layer (1 for a dense model: its one FFN)."""
+        return moe.expected_distinct_experts(self, tokens) if self.is_moe else 1.0
 
     @property
     def matmul_params_per_token(self) -> int:
-        """Parameters that take part in a matmul for one new decoder position (2 FLOPs each)."""
+        """Parameters that take part in a matmul for one new decoder position (2 FLOPs each; MoE: active ones)."""
+        if self.is_moe:
+            return moe.active_matmul_params(self)
         return self.n_layers * (self.self_attention_params + self.cross_attention_params + self.ffn_params) \
             + self.vocab_size * self.d_model
 
     @property
+    def attention_flops_per_key(self) -> int:
+        """FLOPs per decoder layer per new token per attended key: QK^T and AV, 2 each per multiply-add."""
+        return moe.mla_attention_flops_per_key(self) if self.kv_lora_rank else 4 * self.n_heads * self.head_dim
+
+    @property
     def kv_bytes_per_token(self) -> float:
-        """Self-attention K and V for one position, all decoder layers (all chips together; see costs.py for TP)."""
+        """Self-attention K and V for one position, all decoder layers (all chips together; see costs.py for TP);
+        MLA caches its latent and rotary key instead."""
+        if self.kv_lora_rank is not None:
+            return self.n_layers * moe.mla_kv_elements(self) * self.bytes_per_param
         return 2 * self.n_layers * self._kv_dim * self.bytes_per_param
 
     @property

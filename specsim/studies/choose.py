@@ -11,7 +11,9 @@ is run at each γ in 1..gamma_max against the paired no-speculation baseline. Pe
   `num_speculative_tokens_per_batch_size` (batch mode: band [min, max] holds every integer batch size from its
   first measured point up to the next band's first point − 1; the last band ends at the largest measured point —
   nothing beyond the range is predicted; rate mode: the same with rates, max exclusive except for the last band);
-- break-even load = the smallest measured load where no γ gives speedup ≥ 1 (None = none within the range).
+- break-even load = the smallest measured load where no γ gives speedup ≥ 1 (None = none within the range);
+  `why` (batch mode, present only then) = one line from `specsim.studies.explain` at the break-even batch, or for a
+  mixture-of-experts target at the first batch: draft cost, compute-bound verification or experts woken.
 Drafts are ranked by the realized speedup averaged over the load points (ties: the speedup at the first load).
 Memory: weights of target + draft plus the KV reservation of every concurrent request (steptime.Memory: prompt +
 output + γ_max + 1 positions, cross-attention K/V for encoder-decoders) must fit per chip. In batch mode a load
@@ -46,6 +48,8 @@ class DraftSpec:
     model: str  # model profile name or TOML path
     alpha: float  # the given α, or the trace's mean β
     trace: str | None = None  # β trace path when α came from a trace
+    method: str = "draft_model"  # the speculation method (specsim.methods): a head profile's own, or the config's
+    draft_tp: int | None = None  # the draft's TP degree (vLLM's draft_tensor_parallel_size); None = the target's
 
 
 def parse_draft(text: str) -> DraftSpec:
@@ -56,7 +60,7 @@ def parse_draft(text: str) -> DraftSpec:
                           allowed=_FORMAT)
     name, value = name.strip(), value.strip()
     try:
-        load_profile("draft", name)
+        method = getattr(load_profile("draft", name), "method", "draft_model")  # a head profile names its method
     except ConfigError as e:
         if e.field == "draft" and e.file is None:  # not a known profile name
             raise ConfigError(f"unknown draft model {name!r}", field="--draft", value=text,
@@ -69,7 +73,7 @@ def parse_draft(text: str) -> DraftSpec:
     if alpha is not None:
         if not (0.0 <= alpha < 1.0):  # NaN fails too
             raise ConfigError("acceptance rate out of range", field="--draft", value=text, allowed=_FORMAT)
-        return DraftSpec(text=str(text), model=name, alpha=alpha)
+        return DraftSpec(text=str(text), model=name, alpha=alpha, method=method)
     if not Path(value).is_file():
         raise ConfigError("neither an acceptance rate nor an existing trace file", field="--draft", value=text,
                           allowed=_FORMAT)
@@ -79,7 +83,7 @@ def parse_draft(text: str) -> DraftSpec:
     if not trace.alpha < 1.0:
         raise ConfigError("the trace accepts every draft (α = 1): speedup is unbounded", field="--draft",
                           value=text, allowed="a trace with mean β < 1")
-    return DraftSpec(text=str(text), model=name, alpha=float(trace.alpha), trace=value)
+    return DraftSpec(text=str(text), model=name, alpha=float(trace.alpha), trace=value, method=method)
 
 
 def _as_spec(d) -> DraftSpec:
@@ -138,7 +142,7 @@ def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int
 
     by_gamma = []
     for g in range(1, gamma_max + 1):
-        kw = dict(base, draft=spec.model, gamma=g)
+        kw = dict(base, draft=spec.model, gamma=g, method=spec.method, draft_tp=spec.draft_tp)
         kw.update(alpha=spec.alpha if spec.trace is None else None, trace=spec.trace)
         kw.update(batch=int(load)) if kind == "batch" else kw.update(rate=float(load))
         r = run(make_config(**kw))
@@ -200,7 +204,8 @@ def choose_draft(hardware: str, target: str, drafts, *, batches=None, rates=None
     kind, loads = _loads(batches, rates)
     base = {"hardware": hardware, "target": target, "stack": stack, "tp": int(tp), "prompt_len": int(prompt_len),
             "output_len": int(output_len), "seed": int(seed), "engine": "auto"}
-    deps = [Deployment.resolve(hardware, target, spec.model, stack=stack, tp=int(tp)) for spec in specs]
+    deps = [Deployment.resolve(hardware, target, spec.model, stack=stack, tp=int(tp), method=spec.method,
+                               draft_tp=spec.draft_tp) for spec in specs]
     for spec, dep in zip(specs, deps):
         arch = dep.target.architecture
         if dep.draft.architecture != arch:
@@ -217,6 +222,8 @@ def choose_draft(hardware: str, target: str, drafts, *, batches=None, rates=None
     out["recommendation"] = {"draft": best["draft"], "spec": best["spec"], "bands": best["bands"],
                              "break_even": best["break_even"], "mean_realized_speedup": best["mean_realized_speedup"],
                              "text": recommendation_text(best, kind, loads)}
+    if best.get("why"):
+        out["recommendation"]["why"] = best["why"]
     return out
 
 
@@ -250,7 +257,7 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
                                       load, gamma_max))
     sims = [p for p in points if p["fits"]]
     below = [p["load"] for p in sims if p["max_speedup"] < 1.0]
-    row = {"draft": spec.model, "spec": spec.text, "alpha": spec.alpha, "trace": spec.trace,
+    row = {"draft": spec.model, "method": spec.method, "spec": spec.text, "alpha": spec.alpha, "trace": spec.trace,
            "alpha_source": "trace" if spec.trace else "given", "memory": dict(mem, fits=not lines,
                                                                               message=lines[0] if lines else None),
            "fits": bool(sims), "points": points,
@@ -261,7 +268,26 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
            "c": sims[0]["c"] if sims else None,
            "clustering_delta": sims[0]["clustering_delta"] if sims else None}
     row["bands_text"] = bands_text(row["bands"], kind)
+    why = _why(dep, kind, points, spec.alpha, prompt_len)
+    if why:  # only then: a dense target that wins everywhere keeps its output as it was
+        row["why"] = why
     return row
+
+
+def _why(dep, kind: str, points: list, alpha: float, prompt_len: int) -> str | None:
+    """One line on what limits speculation (`specsim.studies.explain`) at the first batch where it loses, else, for
+    a mixture-of-experts target, at the first batch (verifying γ+1 tokens wakes more experts than one token does);
+    None in rate mode (no one batch to explain) or for a dense target that wins at every batch."""
+    sims = [p for p in points if p["fits"]]
+    lost = [p for p in sims if p["max_speedup"] < 1.0]
+    p = lost[0] if lost else (sims[0] if sims and getattr(dep.target, "is_moe", False) else None)
+    if kind != "batch" or p is None:
+        return None
+    from specsim.studies.explain import explain
+
+    target, draft = dep.cost_models
+    return explain(target, draft, batch=int(p["load"]), gamma=p["best_gamma"], alpha=alpha, context=prompt_len,
+                   speedup=p["best_speedup"]).line
 
 
 def _ranked(rows: list[dict]) -> list[dict]:

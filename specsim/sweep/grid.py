@@ -26,7 +26,8 @@ DATA_FIELDS = tuple(f for f in ("trace", "arrivals_csv", "measured_target", "mea
 # their default, so such a field does not change the ids of points that do not use it
 _LATER_FIELDS = {"draft_catchup": False, "engine_profile": "specsim", "max_num_seqs": None,
                  "max_num_batched_tokens": None, "block_size": None, "num_gpu_blocks": None,
-                 "long_prefill_token_threshold": 0, "step_table_target": None, "step_table_draft": None}
+                 "long_prefill_token_threshold": 0, "step_table_target": None, "step_table_draft": None,
+                 "method": "draft_model", "draft_tp": None, "speculative_config": None}
 
 
 def canonical_json(cfg: SimConfig) -> str:
@@ -42,7 +43,8 @@ def canonical_json(cfg: SimConfig) -> str:
 def sources(cfg: SimConfig) -> list[tuple[str, str]]:
     """(kind, name) of every profile and file a point reads; kind is hardware / stack / model / file."""
     d = cfg.deployment
-    out = [("hardware", d.hardware), ("model", d.target), ("model", d.draft)]
+    head = cfg.speculation.method != "draft_model"  # the draft is then a head profile (specsim.methods.heads)
+    out = [("hardware", d.hardware), ("model", d.target), ("head" if head else "model", d.draft)]
     out.append(("stack", d.stack) if d.stack is not None else ("default-stack", d.hardware))
     for f, v in cfg.flat().items():
         if f in DATA_FIELDS and v is not None:

@@ -39,9 +39,14 @@ class RooflinePricer:
         if T <= 0:
             return 0.0, 0.0, 0.0
         kv = cm.kv_bytes_per_token_per_chip  # per chip, replicated KV heads counted (as CostModel.pass_bytes)
-        b = m.step_params * m.bytes_per_param / cm.tp + (float(ctx.sum()) + T) * kv
+        # a MoE step reads the experts its T tokens wake (ModelProfile.pass_params, as CostModel.pass_bytes)
+        weights = m.pass_params(int(T)) if m.is_moe else m.step_params
+        b = weights * m.bytes_per_param / cm.tp + (float(ctx.sum()) + T) * kv
         keys = ctx + (new + 1.0) / 2.0  # as CostModel.pass_flops: context + causal half of the new tokens
-        attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * float((keys * new).sum())
+        if m.kv_lora_rank is None:
+            attn = 4.0 * m.n_layers * m.n_heads * m.head_dim * float((keys * new).sum())
+        else:  # MLA, weight-absorbed (specsim.profiles.moe), as CostModel.pass_flops
+            attn = float(m.n_layers * m.attention_flops_per_key) * float((keys * new).sum())
         f = (2.0 * m.matmul_params_per_token * T + attn) / cm.tp
         n = len(new)
         if bool((new == new[0]).all()):  # a uniform batch: exactly the CostModel pass (same rows, positions)

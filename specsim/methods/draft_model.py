@@ -1,0 +1,15 @@
+"""`draft_model`: a separate, smaller model proposes γ tokens in γ passes (Leviathan et al. 2023; Chen et al. 2023;
+vLLM's `SpeculativeConfig` method "draft_model"). The default: priced exactly as specsim always did — γ roofline
+(or measured) passes of the draft's `CostModel` per step (`specsim.cost.steptime.StepCosts`)."""
+
+from __future__ import annotations
+
+from specsim.methods.base import Method
+
+
+class DraftModel(Method):
+    name = "draft_model"
+    model_kind = "model"
+
+    def cost_model(self, head, hardware, stack, tp: int):  # pragma: no cover - Deployment builds it
+        raise NotImplementedError("a draft model's cost model is built by Deployment (roofline or measured)")

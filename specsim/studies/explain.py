@@ -1,0 +1,77 @@
+"""Why speculation loses (or what limits it), in one line.
+
+Per speculative step the target gains τ = eq. (1) tokens for the price of γ draft passes and one verification pass;
+in decode steps of the target that price is γ·c + T(B, γ+1) / T(B, 1), so the predicted speedup is
+τ / (γ·c + T(B, γ+1)/T(B, 1)) — eq. (5) with the verification ratio the roofline gives instead of eq. (5)'s 1.
+Of the price above one decode step, the larger part names the reason:
+- draft cost: γ·c, the draft passes (a draft too large for its α, or a CPU-bound stack);
+- verification, split by why the γ+1-position pass costs more than a 1-position one:
+  - compute-bound verification: the pass is past the roofline's ridge (large batch), time grows with positions;
+  - experts woken: a mixture-of-experts target whose B·(γ+1) tokens route to more distinct experts than B tokens
+    do (E·(1 − (1 − k/E)^N) per layer, `specsim.profiles.moe`), so the pass reads more weights even at batch 1;
+  - otherwise the extra KV writes and overheads of the wider pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specsim.theory import expected_tokens
+
+
+@dataclass(frozen=True)
+class Why:
+    speedup: float  # predicted (or the caller's simulated) speedup at this point
+    reason: str  # "draft cost", "compute-bound verification", "experts woken", "verification cost"
+    line: str
+
+
+FREE_VERIFY = 1.05  # our choice: a verification within 5% of a decode step is "nearly free" (eq. (5)'s assumption)
+
+
+def _verify_reason(target, batch: int, gamma: int, context: int, verify: float) -> tuple[str, str]:
+    """Why the verification pass costs more than a decode step: (reason, detail)."""
+    cost = target.pass_cost(batch, gamma + 1, context) if hasattr(target, "pass_cost") else None
+    if cost is not None and cost.bound == "compute":
+        return "compute-bound verification", f"the {gamma + 1}-position pass at batch {batch} is compute-bound"
+    m = getattr(target, "model", None)
+    if getattr(m, "is_moe", False) and hasattr(target, "pass_bytes"):
+        one, many = batch, batch * (gamma + 1)
+        woken = (m.pass_params(many) - m.pass_params(one)) * m.bytes_per_param / target.tp
+        extra = target.pass_bytes(batch, gamma + 1, context) - target.pass_bytes(batch, 1, context)
+        if extra > 0 and woken >= 0.5 * extra:
+            ratio = target.pass_bytes(batch, gamma + 1, context) / target.pass_bytes(batch, 1, context)
+            return "experts woken", (f"verifying {many} tokens wakes {m.expected_distinct_experts(many):.1f} of "
+                                     f"{m.n_experts} experts per layer vs {m.expected_distinct_experts(one):.1f} for "
+                                     f"{one}, so the pass reads {ratio:.2f}× the bytes of a decode step")
+    if verify < FREE_VERIFY:
+        return "verification cost", "nearly free: the pass stays memory-bound on the same weights"
+    return "verification cost", f"the {gamma + 1}-position pass's extra KV, FLOPs and overheads"
+
+
+def explain(target, draft, *, batch: int, gamma: int, alpha: float, context: int = 0,
+            speedup: float | None = None) -> Why:
+    """The dominant cost of speculation at one point (module doc), with the other one's figure; `speedup` overrides
+    the predicted figure (e.g. a simulated one) in the line. `target` / `draft` are cost models with
+    `pass_time_s(batch, positions, context)`."""
+    t1 = target.pass_time_s(batch, 1, context)
+    verify = target.pass_time_s(batch, gamma + 1, context) / t1
+    drafting = gamma * draft.pass_time_s(batch, 1, context) / t1
+    tau = float(expected_tokens(alpha, gamma))
+    s = tau / (drafting + verify) if speedup is None else float(speedup)
+    v_reason, v_detail = _verify_reason(target, batch, gamma, context, verify)
+    parts = [f"drafting γ·c = {gamma} × {drafting / gamma:.3g} = {drafting:.2f} decode steps",
+             f"verification {verify:.2f} decode steps ({v_reason}: {v_detail})"]
+    reason = "draft cost" if drafting >= verify - 1.0 else v_reason
+    if reason != "draft cost":
+        parts.reverse()
+    head = "speculation loses" if s < 1.0 else "speculation is limited"
+    line = (f"{head} ({s:.2f}× at batch {batch}, γ={gamma}, α={alpha:.3g}) by {reason}: {'; '.join(parts)}; "
+            f"each step yields τ = {tau:.2f} tokens")
+    return Why(speedup=s, reason=reason, line=line)
+
+
+def why_speculation_loses(target, draft, *, batch: int, gamma: int, alpha: float, context: int = 0) -> str | None:
+    """One line naming the dominant reason when the predicted speedup is below 1; None when speculation wins."""
+    w = explain(target, draft, batch=batch, gamma=gamma, alpha=alpha, context=context)
+    return w.line if w.speedup < 1.0 else None
