@@ -1,0 +1,93 @@
+"""Token trees as a specification: a width-1 tree is the chain (eq. (1)), the closed form equals a brute-force
+enumeration of rank sequences, the dynamic tree is the best tree of its size, and bad trees are refused."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from specsim import theory
+from specsim.errors import ConfigError
+from specsim.methods.tree import Tree, parse_tree, rank_probabilities
+
+P = np.array([0.55, 0.15, 0.08, 0.05])  # P(rank = r), r = 0..3; 0.17 of the mass beyond rank 3
+
+
+def _brute(tree: Tree, p: np.ndarray) -> float:
+    """E[accepted depth] by enumerating every rank sequence up to the tree's depth (rank len(p) = 'beyond')."""
+    q = np.r_[p, 1 - p.sum()]
+    total = 0.0
+    for ranks in itertools.product(range(len(q)), repeat=tree.depth):
+        total += float(np.prod(q[list(ranks)])) * tree.accepted(ranks)
+    return total
+
+
+@pytest.mark.parametrize("depth", [1, 3, 6])
+def test_a_width_one_tree_is_the_chain(depth):
+    chain = Tree.from_widths([1] * depth)
+    assert chain.is_chain and chain.nodes == depth and chain.frontiers == (1,) * depth
+    alpha = 0.7
+    assert chain.expected_tokens([alpha]) == pytest.approx(theory.expected_tokens(alpha, depth), rel=1e-12)
+    assert np.allclose(chain.conditional_acceptance([alpha]), alpha)
+
+
+@pytest.mark.parametrize("tree", [
+    Tree.from_widths([2, 2, 1]),
+    Tree.from_widths([3, 1, 2]),
+    Tree.from_paths([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 1, 0]]),
+])
+def test_closed_form_equals_brute_force(tree):
+    assert tree.expected_tokens(P) - 1 == pytest.approx(_brute(tree, P), rel=1e-12)
+    # the per-depth conditional rates reproduce the survival curve (what the engine's per-slot thresholds use)
+    assert np.cumprod(tree.conditional_acceptance(P)) == pytest.approx(tree.survival(P)[1:], rel=1e-12)
+
+
+def test_a_wider_tree_accepts_more_and_costs_more_positions():
+    chain, tree = Tree.from_widths([1, 1, 1]), Tree.from_widths([2, 2, 1])
+    assert tree.expected_tokens(P) > chain.expected_tokens(P)
+    assert tree.nodes == 2 + 4 + 4 and tree.per_depth == (2, 4, 4) and tree.frontiers == (1, 2, 4)
+
+
+def test_the_dynamic_tree_is_the_best_tree_of_its_size():
+    """Among every prefix-closed tree of 4 nodes with ranks < 3 and depth <= 3, none beats the dynamic one."""
+    best = Tree.dynamic(4, 3, P, max_depth=3)
+    assert best.nodes == 4
+    candidates = [(r,) for r in range(3)] + [(a, b) for a in range(3) for b in range(3)] + \
+                 [(a, b, c) for a in range(2) for b in range(2) for c in range(2)]
+    top = 0.0
+    for combo in itertools.combinations(candidates, 4):
+        s = set(combo)
+        if all(len(p) == 1 or p[:-1] in s for p in s):
+            top = max(top, Tree.from_paths(list(combo)).expected_tokens(P))
+    assert best.expected_tokens(P) == pytest.approx(top, rel=1e-12)
+
+
+def test_accepted_depth_is_the_longest_prefix_in_the_tree():
+    t = Tree.from_paths([[0], [1], [0, 0], [1, 0], [1, 0, 2]])
+    assert t.accepted([0, 0, 0]) == 2 and t.accepted([1, 0, 2]) == 3 and t.accepted([2, 0, 0]) == 0
+    assert t.accepted([0, 1, 0]) == 1 and t.accepted([1]) == 1
+
+
+def test_parse_forms():
+    assert parse_tree("[(0,), (1,), (0, 0)]", None).paths == ((0,), (1,), (0, 0))  # vLLM's literal
+    assert parse_tree("[[0], [1], [0, 0]]", None).nodes == 3
+    assert parse_tree({"widths": [2, 1]}, None).paths == ((0,), (1,), (0, 0), (1, 0))
+    assert parse_tree({"dynamic": 5, "top_k": 2}, P).nodes == 5
+
+
+@pytest.mark.parametrize("value, what", [
+    ([[0, 0]], "parent is missing"), ([[0], [0]], "twice"), ([[-1]], "path of ranks"), ([], "at least one"),
+    ({"widths": [2, 0]}, "widths"), ({"dynamic": 4}, "rank model"), ({"depth": 3}, "unknown tree form"),
+    ("[[0], [1]", "not a tree"), ({"widths": [32, 32, 32]}, "too many nodes"),
+])
+def test_bad_trees_are_refused(value, what):
+    with pytest.raises(ConfigError, match=what):
+        parse_tree(value, None)
+
+
+def test_rank_probabilities_from_the_acceptance_vector():
+    assert rank_probabilities([0.55, 0.7, 0.78], 0.55) == pytest.approx([0.55, 0.15, 0.08])
+    with pytest.raises(ConfigError, match="α"):
+        rank_probabilities([0.5, 0.7], 0.55)
+    with pytest.raises(ConfigError, match="cumulative"):
+        rank_probabilities([0.55, 0.5], 0.55)
