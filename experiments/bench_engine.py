@@ -7,9 +7,12 @@ Markov β trace), γ = 4, prompt 128. Modes (each `specsim.simulate.run(SimConfi
 sweep pays per point: the speculative run, its paired plain-decoding baseline, and the metrics):
 - b1_simpy: batch 1 closed loop, engine 'simpy';   reference: `batch1` (vectorized) and `loop`
 - b1_fast:  batch 1 closed loop, engine 'fast';    reference: `batch1`
-- b8, b64:  batch 8 / 64 closed loop (SimPy);      reference: `loop`, and `closed_vectorized` (a lower bound)
-- poisson:  Poisson arrivals, 10 req/s, batch cap 256 (SimPy); reference: `loop`
-- trace64:  batch 64 closed loop driven by a β trace (the SimPy 'live' kernel); reference: `loop` (trace draws)
+- b8, b64:  batch 8 / 64 closed loop, engine 'simpy'; reference: `loop`, and `closed_vectorized` (a lower bound)
+- poisson:  Poisson arrivals, 10 req/s, batch cap 256, engine 'simpy'; reference: `loop`
+- trace64:  batch 64 closed loop driven by a β trace, engine 'simpy'; reference: `loop` (trace draws)
+Engine 'simpy' is the step-by-step engine (`specsim.engine.simpy_engine`; no longer SimPy itself): in the closed-loop
+modes it runs its iteration-space kernel (`specsim.engine.closed`; trace64's lives drawn by the fast path's
+lockstep), in poisson its event loop (`specsim.engine.events`) with the 'ahead' kernel.
 Every reference's totals (steps, tokens, walltime, mean TTFT / end-to-end latency, speculative and baseline) are
 checked against specsim's row before anything is timed; a mismatch stops the benchmark.
 
@@ -34,6 +37,7 @@ import json
 import os
 import platform
 import pstats
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,7 +57,10 @@ from specsim.simulate import run  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 GOAL_RATIO, GOAL_STEPS = 2.0, 150_000
-PROFILED = ("b64", "b1_simpy", "b1_fast", "trace64")
+PROFILED = ("b64", "b1_simpy", "b1_fast", "trace64", "poisson")
+# the previous run (commit 223a9fc, code at 607455f, SimPy event loop; host in its slow state), for comparison
+PREVIOUS = {"b1_simpy": 26.70, "b1_fast": 1.85, "b8": 4.08, "b64": 2.11, "poisson": 2.30, "trace64": 3.37,
+            "b64_all_steps_per_cpu_s": 60_727}
 BASE = {"hardware": "h100-sxm", "target": "llama-3.1-8b", "draft": "llama-3.2-1b", "gamma": 4, "prompt_len": 128,
         "seed": 0}
 
@@ -78,10 +85,12 @@ def modes(quick: bool, trace: str) -> dict[str, dict]:
 
 
 def _cpu(fn):
+    """(CPU seconds, of them user-mode seconds, result): the system part is mostly page faults of fresh arrays,
+    whose cost on this shared VM jumps by up to 5× from run to run."""
     gc.collect()
-    t0 = time.process_time()
+    u0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.process_time()
     out = fn()
-    return time.process_time() - t0, out
+    return time.process_time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_utime - u0, out
 
 
 def _stats(xs: list[float]) -> dict:
@@ -100,10 +109,13 @@ def bench_mode(name: str, m: dict, repeat: int) -> dict:
         if bad:
             raise SystemExit(f"{name}: reference '{r}' disagrees with specsim: " + "; ".join(bad))
     times: dict[str, list[float]] = {k: [] for k in progs}
+    user: dict[str, list[float]] = {k: [] for k in progs}
     order = list(progs)
     for rnd in range(repeat):  # ABBA: forward, then reversed
         for k in (order if rnd % 2 == 0 else order[::-1]):
-            times[k].append(_cpu(progs[k])[0])
+            cpu, u, _ = _cpu(progs[k])
+            times[k].append(cpu)
+            user[k].append(u)
     steps, base_steps = int(row["steps"]), int(row["baseline_steps"])
     out = {"config": s, "engine_used": row.get("engine"), "steps": steps, "baseline_steps": base_steps,
            "request_steps": int(row["request_steps"]), "output_tokens": int(row["output_tokens"]),
@@ -119,6 +131,7 @@ def bench_mode(name: str, m: dict, repeat: int) -> dict:
     out["ratio_without_stream_opening"] = {r: _stats([a / max(b - c, 1e-9) for a, b, c in zip(
         times["engine"], times[r], times["streams"])]) for r in m["refs"]}
     out["ratio"] = {r: _stats([a / b for a, b in zip(times["engine"], times[r])]) for r in m["refs"]}
+    out["ratio_user_cpu"] = {r: _stats([a / b for a, b in zip(user["engine"], user[r])]) for r in m["refs"]}
     out["reference_steps_per_cpu_s"] = {r: steps / out["cpu_s"][r]["median"] for r in m["refs"]}
     return out
 
@@ -175,14 +188,12 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    import simpy
-
     dirty = _git("status", "--porcelain", "--", "specsim")
     return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "simpy": simpy.__version__, "commit": os.environ.get("BENCH_COMMIT") or _git("rev-parse", "--short",
-                                                                                          "HEAD") or "unknown",
+            "commit": os.environ.get("BENCH_COMMIT") or _git("rev-parse", "--short", "HEAD") or "unknown",
             "specsim_tree": os.environ.get("BENCH_TREE") or ("modified" if dirty else "clean"),
-            "load_average_1min_before": round(os.getloadavg()[0], 2)}
+            "load_average_1min_before": round(os.getloadavg()[0], 2),
+            "load_average_before": [round(x, 2) for x in os.getloadavg()]}
 
 
 def bench(quick: bool, repeat: int) -> dict:
@@ -203,6 +214,7 @@ def bench(quick: bool, repeat: int) -> dict:
     d = SimConfig(**{**BASE, "alpha": 0.7, "batch": 1, "requests": 4, "output_len": 16})
     out["default_engine_batch1"] = run(d).get("engine")
     out["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
+    out["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return out
 
 
@@ -211,58 +223,20 @@ def _fmt_t(s: dict) -> str:
     return f"{s['median']:.3f} ({s['min']:.3f}–{s['max']:.3f})"
 
 
-def markdown(res: dict) -> str:
-    m = res["machine"]
-    L = ["# Engine speed against a plain reference (CPU time)", "",
-         f"Machine: {m['cpu']}, {m['cpus']} CPUs, Python {m['python']}, numpy {m['numpy']}, simpy {m['simpy']}; "
-         f"specsim at commit {m['commit']} ({m['specsim_tree']} tree). The host was SHARED: other jobs ran on it "
-         f"(1-min load average {m['load_average_1min_before']} before, {m['load_average_1min_after']} after), so "
-         "the figures are noisy; ABBA order and medians of "
-         f"{res['repeat']} rounds damp that, and a ratio is the median of per-round ratios (engine and reference "
-         "timed back to back). Rerun on a quiet machine: `.venv/bin/python experiments/bench_engine.py`"
-         + (" (this is a `--quick` run)." if res["quick"] else "."), "",
-         "Setup: llama-3.1-8b + llama-3.2-1b on h100-sxm, γ = 4, prompt 128, α = 0.7 i.i.d. (trace64: a Markov β "
-         "trace, α 0.7, stretches of 20). CPU time is `time.process_time` of one `specsim.simulate.run` call "
-         "(speculative run + paired baseline + metrics) against the reference program "
-         "(`experiments/bench_reference.py`) computing the same totals — checked equal before timing (steps, "
-         "tokens, walltime, mean TTFT and end-to-end latency of both runs). Steps = speculative engine "
-         "iterations; 'all steps' adds the baseline's.", "",
-         f"Goal: every mode within {res['goal']['ratio']:g}× of its reference; ≥ "
-         f"{res['goal']['b64_steps_per_cpu_s']:,} steps per CPU-second at batch 64.", "",
-         "| mode | engine used | requests | steps (spec / baseline) | mean batch | engine CPU s: median (min–max) | "
-         "steps / CPU-s | all steps / CPU-s | reference | reference CPU s | of it: draws / stream opening | "
-         "ratio engine / ref: median (min–max) | ratio vs ref less stream opening | within 2×? |",
-         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
-    for name, r in res["modes"].items():
-        for j, (k, ratio) in enumerate(r["ratio"].items()):
-            head = (f"| {name} | {r['engine_used']} | {r['config']['requests']:,} | {r['steps']:,} / "
-                    f"{r['baseline_steps']:,} | {r['batch_mean']:.1f} | {_fmt_t(r['cpu_s']['engine'])} | "
-                    f"{r['steps_per_cpu_s']:,.0f} | {r['all_steps_per_cpu_s']:,.0f} |") if j == 0 else \
-                "| | | | | | | | |"
-            ok = "yes" if ratio["median"] <= res["goal"]["ratio"] else "no"
-            strict = r["ratio_without_stream_opening"][k]["median"]
-            L.append(f"{head} `{k}` | {_fmt_t(r['cpu_s'][k])} | {r['reference_draws_share'][k]:.0%} / "
-                     f"{r['reference_streams_share'][k]:.0%} | {ratio['median']:.2f}× "
-                     f"({ratio['min']:.2f}–{ratio['max']:.2f}) | {strict:.2f}× | {ok} |")
-    b64 = res["modes"]["b64"]
-    L += ["", f"Batch 64: {b64['all_steps_per_cpu_s']:,.0f} steps (speculative + baseline) per CPU-second of "
-          f"`run` — the measure of the issue's 93k and of the previous benchmark's end-to-end row — goal ≥ "
-          f"{GOAL_STEPS:,}: **{'met' if b64['all_steps_per_cpu_s'] >= GOAL_STEPS else 'not met'}** "
-          f"({b64['steps_per_cpu_s']:,.0f} counting the speculative steps alone). Absolute rates depend on the "
-          "host's state (the same code ran ~2.5× slower here than when the previous benchmark was recorded); the "
-          "ratios, engine and reference timed back to back, are the stable figures.",
-          f"`simulate`'s default engine at batch 1 (no `engine` given): **{res['default_engine_batch1']}**.", "",
-          "References: `batch1` — vectorized draws (one flat buffer of every request's uniforms from "
-          "`default_rng((seed, 2, i))`, one leading-accept count, one cumsum) and step sums from a per-context "
-          "step-time table; `loop` — the same draws, then one plain-Python iteration per engine step (admit under "
-          "the batch cap and KV reservation, look the step up in a (batch, summed context) table, advance the "
-          "clock, release finished requests); `closed_vectorized` — the closed loop in iteration space (a heap of "
-          "client free-at iterations, per-iteration batch and context by `bincount`, the clock by `cumsum`): what "
-          "a batch-B fast kernel could reach, not the goal's yardstick. The references open each request's stream "
-         "with numpy's `default_rng` (tens of µs each here), which specsim's `rng.StreamFamily` does ~8× cheaper; "
-         "'ratio vs ref less stream opening' is the stricter figure against the reference without that cost.", ""]
-    for key, title in (("b64", "batch 64 (SimPy, 'ahead' kernel)"), ("b1_simpy", "batch 1, SimPy"),
-                       ("b1_fast", "batch 1, fast path"), ("trace64", "batch 64 with a β trace (SimPy 'live' kernel)")):
+def _loads(m: dict, when: str) -> str:
+    la = m.get(f"load_average_{when}") or [m[f"load_average_1min_{when}"]]
+    return " / ".join(f"{x:g}" for x in la)
+
+
+PROFILE_TITLES = {"b64": "batch 64 (closed-loop kernel)", "b1_simpy": "batch 1, engine 'simpy' (closed-loop kernel)",
+                  "b1_fast": "batch 1, fast path", "trace64": "batch 64 with a β trace (closed-loop kernel, lockstep "
+                  "lives)", "poisson": "Poisson arrivals (event loop, 'ahead' kernel)"}
+
+
+def _profile_md(res: dict) -> list[str]:
+    """The 'where the time goes' sections."""
+    L: list[str] = []
+    for key, title in PROFILE_TITLES.items():
         p = res["profile"][key]
         L += [f"## Where the time goes: {title}", "",
               f"cProfile of one `run` ({p['total_s']:.3f} s profiled; the profiler inflates call-heavy Python "
@@ -278,6 +252,67 @@ def markdown(res: dict) -> str:
         L += [f"| `{e['function']}` | {e['calls']:,} | {e['cum_s']:.4f} | {e['cum_share']:.1%} |"
               for e in p["by_cum"]]
         L.append("")
+    return L
+
+
+def markdown(res: dict) -> str:
+    m = res["machine"]
+    L = ["# Engine speed against a plain reference (CPU time)", "",
+         f"Machine: {m['cpu']}, {m['cpus']} CPUs, Python {m['python']}, numpy {m['numpy']}; "
+         f"specsim at commit {m['commit']} ({m['specsim_tree']} tree). The host was SHARED: other jobs ran on it "
+         f"(load averages 1/5/15 min {_loads(m, 'before')} before, {_loads(m, 'after')} after), so "
+         "the figures are noisy; ABBA order and medians of "
+         f"{res['repeat']} rounds damp that, and a ratio is the median of per-round ratios (engine and reference "
+         "timed back to back). Rerun on a quiet machine: `.venv/bin/python experiments/bench_engine.py`"
+         + (" (this is a `--quick` run)." if res["quick"] else "."), "",
+         "Setup: llama-3.1-8b + llama-3.2-1b on h100-sxm, γ = 4, prompt 128, α = 0.7 i.i.d. (trace64: a Markov β "
+         "trace, α 0.7, stretches of 20). CPU time is `time.process_time` of one `specsim.simulate.run` call "
+         "(speculative run + paired baseline + metrics) against the reference program "
+         "(`experiments/bench_reference.py`) computing the same totals — checked equal before timing (steps, "
+         "tokens, walltime, mean TTFT and end-to-end latency of both runs). Steps = speculative engine "
+         "iterations; 'all steps' adds the baseline's.", "",
+         f"Goal: every mode within {res['goal']['ratio']:g}× of its reference; ≥ "
+         f"{res['goal']['b64_steps_per_cpu_s']:,} steps per CPU-second at batch 64.", "",
+         "| mode | engine used | requests | steps (spec / baseline) | mean batch | engine CPU s: median (min–max) | "
+         "steps / CPU-s | all steps / CPU-s | reference | reference CPU s | of it: draws / stream opening | "
+         "ratio engine / ref: median (min–max) | ratio vs ref less stream opening | ratio, user CPU only | "
+         "within 2×? |",
+         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+    for name, r in res["modes"].items():
+        for j, (k, ratio) in enumerate(r["ratio"].items()):
+            head = (f"| {name} | {r['engine_used']} | {r['config']['requests']:,} | {r['steps']:,} / "
+                    f"{r['baseline_steps']:,} | {r['batch_mean']:.1f} | {_fmt_t(r['cpu_s']['engine'])} | "
+                    f"{r['steps_per_cpu_s']:,.0f} | {r['all_steps_per_cpu_s']:,.0f} |") if j == 0 else \
+                "| | | | | | | | |"
+            ok = "yes" if ratio["median"] <= res["goal"]["ratio"] else "no"
+            strict = r["ratio_without_stream_opening"][k]["median"]
+            L.append(f"{head} `{k}` | {_fmt_t(r['cpu_s'][k])} | {r['reference_draws_share'][k]:.0%} / "
+                     f"{r['reference_streams_share'][k]:.0%} | {ratio['median']:.2f}× "
+                     f"({ratio['min']:.2f}–{ratio['max']:.2f}) | {strict:.2f}× | "
+                     f"{r['ratio_user_cpu'][k]['median']:.2f}× | {ok} |")
+    b64 = res["modes"]["b64"]
+    L += ["", f"Batch 64: {b64['all_steps_per_cpu_s']:,.0f} steps (speculative + baseline) per CPU-second of "
+          f"`run` — the measure of the issue's 93k and of the previous benchmark's end-to-end row — goal ≥ "
+          f"{GOAL_STEPS:,}: **{'met' if b64['all_steps_per_cpu_s'] >= GOAL_STEPS else 'not met'}** "
+          f"({b64['steps_per_cpu_s']:,.0f} counting the speculative steps alone). Absolute rates depend on the "
+          "host's state (this host switches between a fast and a ~2.5× slower state); the ratios, engine and "
+          "reference timed back to back, are the stable figures.",
+          "Previous run (commit 223a9fc: SimPy's event loop for every engine='simpy' mode), ratio to the first "
+          "reference: " + ", ".join(f"{k} {v:.2f}×" for k, v in PREVIOUS.items() if k in res["modes"]) +
+          f"; {PREVIOUS['b64_all_steps_per_cpu_s']:,} steps/CPU-s at batch 64.",
+          f"`simulate`'s default engine at batch 1 (no `engine` given): **{res['default_engine_batch1']}**.", "",
+          "References: `batch1` — vectorized draws (one flat buffer of every request's uniforms from "
+          "`default_rng((seed, 2, i))`, one leading-accept count, one cumsum) and step sums from a per-context "
+          "step-time table; `loop` — the same draws, then one plain-Python iteration per engine step (admit under "
+          "the batch cap and KV reservation, look the step up in a (batch, summed context) table, advance the "
+          "clock, release finished requests); `closed_vectorized` — the closed loop in iteration space (a heap of "
+          "client free-at iterations, per-iteration batch and context by `bincount`, the clock by `cumsum`): what "
+          "a batch-B fast kernel could reach, not the goal's yardstick. The references open each request's stream "
+         "with numpy's `default_rng` (tens of µs each here), which specsim's `rng.StreamFamily` does ~8× cheaper; "
+         "'ratio vs ref less stream opening' is the stricter figure against the reference without that cost. "
+         "'ratio, user CPU only' leaves out system time, mostly page faults of fresh arrays, whose cost on this "
+         "shared VM jumps up to 5× from one run to the next (the engine allocates more than the references).", ""]
+    L += _profile_md(res)
     return "\n".join(L)
 
 

@@ -196,6 +196,48 @@ def test_the_two_step_kernels_are_bit_identical():
             np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{kw} {f}")
 
 
+CLOSED_CASES = [dict(batch=1), dict(batch=5, output_len=1), dict(batch=8, length_dist="uniform"),
+                dict(batch=16, length_dist="lognormal", gamma=2), dict(batch=32, gamma=1), dict(batch=8, policy="heuristic"),
+                dict(batch=8, policy="oracle"), dict(batch=8, draft_catchup=True),
+                dict(batch=8, target="t5-v1_1-xxl", draft="t5-v1_1-small", hardware="tpu-v4"),
+                dict(batch=8, fixed_c=0.1)]
+
+
+@pytest.mark.parametrize("kw", CLOSED_CASES, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_the_closed_loop_kernel_equals_the_event_loop(kw):
+    """engine/closed.py computes a closed loop in iteration space; every Records array must equal the event
+    loop's, bit for bit, for the speculative run (a batch-free policy) and for the baseline."""
+    from specsim.engine.acceptance import Acceptance
+    from specsim.engine.policies import make_policy
+    from specsim.engine.simpy_engine import run_engine
+    from specsim.engine.workload import build_workload
+    from specsim.simulate import _costs
+
+    fields = dict(HW, stack="ideal", alpha=0.7, gamma=4, requests=48, output_len=64, engine="simpy") | kw
+    cfg = make_config(**fields)
+    wl, acc = build_workload(cfg), Acceptance.from_config(cfg)
+    costs, dep = _costs(cfg)
+    c = costs.derived_c(cfg.workload.prompt_len)
+    policy = make_policy(cfg.speculation.policy, cfg.speculation.gamma, acc.alpha, c, cfg)
+    assert policy.batch_free
+    mems = dep.memory(policy.max_gamma + 1) if dep is not None else (None, None)
+    for pol, mem in ((policy, mems[0]), (None, mems[1])):
+        a = run_engine(wl, costs, acc, pol, mem, 1, kernel="closed")
+        for other in ("ahead", "live") if pol is not None and pol.fixed_gamma else ("live",):
+            b = run_engine(wl, costs, acc, pol, mem, 1, kernel=other)
+            for f in a.__dataclass_fields__:
+                np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{kw} {other} {f}")
+
+
+def test_a_policy_that_reads_the_live_batch_is_not_batch_free():
+    from specsim.engine.policies import make_policy
+
+    cfg = make_config(**HW, alpha=0.7, policy="bands", num_speculative_tokens_per_batch_size=[[1, 4, 4], [5, 64, 2]])
+    assert not make_policy("bands", 4, 0.7, 0.1, cfg).batch_free
+    one = make_config(**HW, alpha=0.7, policy="bands", num_speculative_tokens_per_batch_size=[[1, 64, 3]])
+    assert make_policy("bands", 4, 0.7, 0.1, one).batch_free
+
+
 # --- determinism ----------------------------------------------------------------------------------------------------
 SIM_ARGS = ["simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b",
             "--stack", "ideal", "--alpha", "0.7", "--requests", "12", "--output-len", "40", "--seed", "11"]

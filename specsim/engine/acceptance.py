@@ -1,6 +1,6 @@
 """Which drafts the target accepts: the β each request walks and the uniforms it draws.
 
-Conventions (every engine — the SimPy engine of record and the fast path — follows them exactly):
+Conventions (every engine — the step-by-step engine of record and the fast path — follows them exactly):
 
 - Request i walks its own β sequence. From a trace: sequence (i mod n_sequences), continuing into the following
   sequences (wrapping to the first) if the request needs more positions than that sequence has. From an α: β ≡ α.

@@ -1,6 +1,6 @@
 """The acceptance step of the per-request kernels, written once: uniforms pre-drawn per request, one draw per step.
 
-The SimPy engine's 'live' kernel and the fast path's lockstep hold a set of requests (a compacted batch) and, each
+The event loop's 'live' kernel and the fast path's lockstep hold a set of requests (a compacted batch) and, each
 step, judge every request's drafts with `LiveDraws.draw(G, gamma)`: the uniforms at each request's cursor against
 the thresholds at its walk offset (`Acceptance.thresholds`), the number of leading accepts per request. The γ
 policy (`specsim.engine.policies`) decides G (and per-request γ) and how far each stream advances; `advance` moves

@@ -1,4 +1,4 @@
-"""Vectorized batch-1 simulation (no SimPy), for sweeps. The SimPy engine stays the engine of record.
+"""Vectorized batch-1 simulation, for sweeps. The step-by-step engine (`simpy_engine`) stays the engine of record.
 
 At batch 1 in closed loop, request j starts when request j − 1 finishes and nothing else interacts, so each
 request's acceptance can be simulated independently. This path runs all requests in lockstep — step s of every
@@ -24,7 +24,7 @@ def eligible(wl, replicas: int = 1) -> bool:
     return wl.concurrency == 1 and wl.max_batch == 1 and replicas == 1
 
 
-def _acceptance_lockstep(wl, acc, policy, idx: np.ndarray):
+def acceptance_lockstep(wl, acc, policy, idx: np.ndarray):
     """Per request-step (request, γ, accepted, tokens) for requests `idx`, in lockstep: each step is every
     unfinished request's next step at batch 1, drawn with the engine's acceptance step and the policy's γ."""
     acc.streams.expect(wl.n)
@@ -58,11 +58,30 @@ def _acceptance_lockstep(wl, acc, policy, idx: np.ndarray):
             np.concatenate(out_tok).astype(np.int64))
 
 
+def _step_costs(costs, spec: bool, G: np.ndarray, ctx: np.ndarray, X: np.ndarray, K):
+    """(time, bytes, FLOPs) of batch-1 steps at integer contexts ctx: `spec_step_vec` / `plain_step_vec`, priced
+    once per context in the range and looked up when γ and X are the same throughout (element by element the same
+    values), else priced step by step."""
+    n = ctx.size
+    same = n and (K is None or not K.any()) and (not spec or (G == G[0]).all()) and (X is None or (X == X[0]).all())
+    if same and int(ctx.max()) - int(ctx.min()) < n:
+        lo = int(ctx.min())
+        L = np.arange(lo, int(ctx.max()) + 1).astype(float)
+        Xt = np.full(L.size, 0.0 if X is None else X[0])
+        tab = costs.spec_step_vec(np.full(L.size, G[0]), L, Xt) if spec else costs.plain_step_vec(L, Xt)
+        i = ctx - lo
+        return tuple(np.asarray(a).take(i) for a in tab)
+    L = ctx.astype(float)
+    X = np.zeros(n) if X is None else X
+    return costs.spec_step_vec(G, L, X, K) if spec else costs.plain_step_vec(L, X)
+
+
 def _lay_out(wl, costs, spec: bool, rs_req, rs_g, rs_n, rs_tok) -> Records:
     """Order request-steps by request, price them, and place the requests end to end (closed loop, batch 1)."""
     n_req = wl.n
-    order = np.argsort(rs_req, kind="stable")  # within a request, lockstep order = step order
-    rs_req, rs_g, rs_n, rs_tok = rs_req[order], rs_g[order], rs_n[order], rs_tok[order]
+    if not bool((rs_req[1:] >= rs_req[:-1]).all()):  # FixedRuns' come in request order; the lockstep's do not
+        order = np.argsort(rs_req, kind="stable")  # within a request, lockstep order = step order
+        rs_req, rs_g, rs_n, rs_tok = rs_req[order], rs_g[order], rs_n[order], rs_tok[order]
     prompt = wl.prompt_len[rs_req]
     first_step = np.concatenate(([True], rs_req[1:] != rs_req[:-1])) if rs_req.size else np.zeros(0, bool)
     emitted_before = np.cumsum(rs_tok) - rs_tok  # tokens emitted by earlier steps, made per request below
@@ -72,24 +91,21 @@ def _lay_out(wl, costs, spec: bool, rs_req, rs_g, rs_n, rs_tok) -> Records:
         emitted = emitted_before - base + 1  # + output token 0 from the prefill
     else:
         emitted = np.zeros(0, np.int64)
-    L = costs.context(prompt, emitted).astype(float)
-    X = np.asarray(costs.cross(prompt)) * np.ones(rs_req.size)
-    if spec:
-        K = None
-        if costs.catchup and rs_req.size:  # the previous step of the same request was a clean sweep
-            K = np.zeros(rs_req.size, np.int64)
-            K[1:] = (rs_n[:-1] == rs_g[:-1]) & (rs_g[:-1] > 0)
-            K[first_step] = 0
-        dur, byt, flo = costs.spec_step_vec(rs_g, L, X, K)
-    else:
-        dur, byt, flo = costs.plain_step_vec(L, X)
+    ctx = costs.context(prompt, emitted)
+    X = np.asarray(costs.cross(prompt)) * np.ones(rs_req.size) if costs.enc_dec else None  # None: all 0
+    K = None
+    if spec and costs.catchup and rs_req.size:  # the previous step of the same request was a clean sweep
+        K = np.zeros(rs_req.size, np.int64)
+        K[1:] = (rs_n[:-1] == rs_g[:-1]) & (rs_g[:-1] > 0)
+        K[first_step] = 0
+    dur, byt, flo = _step_costs(costs, spec, rs_g, ctx, X, K)
     # prefill per request (batch 1), folded into its first step as in the engine
     if n_req:  # one prefill per distinct prompt length
         up, inv = np.unique(wl.prompt_len, return_inverse=True)
         pre = np.array([costs.prefill(1, float(p), spec) for p in up]).reshape(-1, 3)[inv.reshape(-1)]
     else:
         pre = np.zeros((0, 3))
-    dur, byt, flo = dur.copy(), byt.copy(), flo.copy()
+    dur, byt, flo = (a if a.flags.writeable and a.base is None else a.copy() for a in (dur, byt, flo))
     fr = rs_req[first_step]
     dur[first_step] += pre[fr, 0]
     byt[first_step] += pre[fr, 1]
@@ -126,7 +142,7 @@ def run_fast(wl, costs, acc=None, policy=None) -> Records:
         rs_n, tok, count = FixedRuns(acc, G, wl.output_len - 1).all()
         rs_req = np.repeat(np.arange(wl.n, dtype=np.int64), count)
         return _lay_out(wl, costs, True, rs_req, np.full(rs_n.size, G, np.int64), rs_n, tok)
-    parts = [_acceptance_lockstep(wl, acc, policy, np.arange(s, min(s + BLOCK, wl.n), dtype=np.int64))
+    parts = [acceptance_lockstep(wl, acc, policy, np.arange(s, min(s + BLOCK, wl.n), dtype=np.int64))
              for s in range(0, wl.n, BLOCK)]
     rs = [np.concatenate([p[k] for p in parts]) for k in range(4)]
     return _lay_out(wl, costs, True, *rs)

@@ -1,4 +1,4 @@
-"""The two step kernels of the SimPy engine, behind one small protocol (see `specsim.engine.simpy_engine`).
+"""The two step kernels of the event loop, behind one small protocol (see `specsim.engine.simpy_engine`).
 
 A kernel holds one replica's running batch: `size` requests and their live context totals `ctx_sum` (KV entries)
 and `cross_sum` (encoder outputs), and it answers three calls of the replica's loop —
@@ -124,8 +124,8 @@ class AheadKernel:
 
     def step(self):
         j = self.j
-        K = 0 if self.catch is None else int(self.catch[j])
-        self.ctx_sum += int(self.delta[j])
+        K = 0 if self.catch is None else self.catch.item(j)
+        self.ctx_sum += self.delta.item(j)
         self.j = j + 1
         return self.G, K, self.finish_at.pop(j, None)
 

@@ -152,9 +152,11 @@ def _pct(prefix: str, x: np.ndarray, out: dict) -> None:
 def itl_gaps(rec: Records) -> np.ndarray:
     if rec.rs_request.size == 0:
         return np.zeros(0)
-    order = np.argsort(rec.rs_request, kind="stable")
-    r = rec.rs_request[order]
-    t = rec.step_end_s[rec.rs_step[order]]
+    r, st = rec.rs_request, rec.rs_step
+    if not bool((r[1:] >= r[:-1]).all()):  # Records come sorted by request, then step (sort only if not)
+        order = np.argsort(r, kind="stable")
+        r, st = r[order], st[order]
+    t = rec.step_end_s[st]
     prev = np.concatenate(([np.nan], t[:-1]))
     first = np.concatenate(([True], r[1:] != r[:-1]))
     prev[first] = rec.first_token_s[r[first]]

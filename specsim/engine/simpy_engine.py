@@ -1,6 +1,8 @@
-"""The SimPy engine of record: replicas serving requests with continuous batching, speculating or not.
+"""The step-by-step engine of record: replicas serving requests with continuous batching, speculating or not.
 
-One engine-loop process per replica, one SimPy timeout per iteration. An iteration at time `now`:
+(`engine="simpy"` keeps its name from when this ran on SimPy; it now runs on `specsim.engine.events`, which keeps
+SimPy's event order and clock arithmetic, so every result is the same bit for bit.) One engine-loop generator per
+replica, one event per iteration. An iteration at time `now`:
 1. finished requests have left (at the previous iteration's end); clients/arrivals up to `now` join the shared
    FCFS queue; the replica admits from its head while the batch is under max_batch and the KV reservation fits
    (`steptime.Memory`: weights + KV of target and draft; no queue skipping, no preemption).
@@ -20,7 +22,9 @@ One engine-loop process per replica, one SimPy timeout per iteration. An iterati
 Two step kernels (`specsim.engine.kernels`, one protocol: admit, step, leave) give identical results
 (tests/test_engine.py checks it): "ahead" when a request's life cannot depend on the batch (the policy's
 `fixed_gamma` with a constant α, and the baseline) — drawn whole before admission; "live" otherwise (traces,
-policies whose γ changes) — per-request state in numpy arrays.
+policies whose γ changes) — per-request state in numpy arrays. A closed loop of one replica whose KV reservation
+never binds, under a batch-free policy, needs no stepping at all: `specsim.engine.closed` computes the same
+Records in iteration space (kernel 'closed', what 'auto' picks there; the loop was ~2 µs per iteration of Python).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-import simpy
 
+from specsim.engine import closed
+from specsim.engine.events import WAIT, Clock
 from specsim.engine.kernels import AheadKernel, LiveKernel
 from specsim.engine.metrics import Records, step_columns
 
@@ -39,8 +44,8 @@ _I64 = np.int64
 class _Shared:
     """The arrival side, shared by all replicas: issues requests into one FCFS queue."""
 
-    def __init__(self, env, wl):
-        self.env, self.wl = env, wl
+    def __init__(self, clock: Clock, wl):
+        self.clock, self.wl = clock, wl
         self.n = n = wl.n
         self.concurrency = wl.concurrency
         self.arrival = wl.arrival_s.astype(float).copy()
@@ -48,7 +53,6 @@ class _Shared:
         self.queue: deque = deque()
         self.next = self.in_flight = self.done = 0
         self.force = -1  # open loop: requests up to this index count as arrived (timeouts may round early)
-        self.finished_event = env.event()
 
     def pump(self, now: float) -> None:
         q, n, conc = self.queue, self.n, self.concurrency
@@ -71,9 +75,7 @@ class _Shared:
     def finished(self, k: int) -> None:
         self.done += k
         self.in_flight -= k
-        if self.finished_event.callbacks:  # an idle replica is waiting for a client to free up
-            ev, self.finished_event = self.finished_event, self.env.event()
-            ev.succeed()
+        self.clock.signal()  # wakes the idle replicas waiting for a client to free up, if any
 
 
 class _Replica:
@@ -105,28 +107,31 @@ class _Replica:
         return new
 
     def _idle(self, now: float):
-        """Nothing to run: the event to wait for (the next arrival, a client freeing up), or None when done."""
+        """Nothing to run: what to wait for — the delay to the next arrival, or WAIT for a client to free up —
+        or None when done."""
         sh = self.sim.shared
         if sh.done == sh.n:
             return None
         nxt = sh.next_arrival()
         if nxt is not None:
             sh.force = max(sh.force, sh.next)
-            return self.sim.env.timeout(max(0.0, nxt - now))
+            return max(0.0, nxt - now)
         if sh.in_flight > 0 or sh.queue:
-            return sh.finished_event
+            return WAIT
         return None
 
     def loop(self):
         """The module docstring's four steps, once per iteration."""
-        sim, sh, env, k = self.sim, self.sim.shared, self.sim.env, self.kernel
+        sim, sh, clock, k = self.sim, self.sim.shared, self.sim.clock, self.kernel
         costs, spec, steps, glob = sim.costs, sim.policy is not None, sim.steps, self.steps_global
-        spec_step, plain_step, timeout = costs.spec_step, costs.plain_step, env.timeout
+        spec_step, plain_step = costs.spec_step, costs.plain_step
         conc, prompt_l = sh.concurrency, sim.prompt_l
+        arr = sh.arrival.tolist() + [float("inf")] if conc is None else None  # open loop: fixed arrival times
         while True:
-            now = env.now
-            # 1. arrivals join the queue; admit from its head
-            if sh.next < sh.n and (conc is None or sh.in_flight < conc):  # else pump() would do nothing
+            now = clock.now
+            # 1. arrivals join the queue (pump() only where its first test passes); admit from its head
+            if (sh.next <= sh.force or arr[sh.next] <= now) if conc is None else (sh.in_flight < conc and
+                                                                                    sh.next < sh.n):
                 sh.pump(now)
             new = self._admit(k.size) if sh.queue else []
             if not new and not k.size:
@@ -155,7 +160,7 @@ class _Replica:
                 t_end = now + t
             else:
                 t_end = now + pre_t
-            yield timeout(t_end - now)
+            yield t_end - now  # the clock becomes now + (t_end - now), as SimPy's was
             # 4. the requests done at the prefill or in this step leave
             if early is not None or gone is not None:
                 self._leave(early, gone, t_end)
@@ -176,7 +181,7 @@ class _Replica:
 
 class _Sim:
     def __init__(self, wl, costs, acc, policy, memory, replicas, kernel):
-        self.env = simpy.Environment()
+        self.clock = Clock()
         self.wl, self.costs, self.acc, self.policy, self.n_replicas = wl, costs, acc, policy, replicas
         self.catchup = policy is not None and costs.catchup
         can_ahead = policy is None or (policy.fixed_gamma is not None and acc.constant)
@@ -193,21 +198,28 @@ class _Sim:
         self.bytes_exact = bool(np.all(self.req_bytes == np.floor(self.req_bytes))) and \
             float(self.req_bytes.sum()) < 2.0 ** 53
         self.plan = self.kernel_cls.plan(self)
-        self.shared = _Shared(self.env, wl)
+        self.shared = _Shared(self.clock, wl)
         # one row per decode step: StepRow's fields as a plain tuple (read by name in `metrics.step_columns`); a
         # NamedTuple built per iteration costs ~8% of a plain-decoding step (callgrind, batch 64)
         self.steps: list[tuple] = []
         self.replicas = [_Replica(self, self.kernel_cls(self, self.plan)) for _ in range(replicas)]
-        for r in self.replicas:
-            self.env.process(r.loop())
 
 
 def run_engine(wl, costs, acc=None, policy=None, memory=None, replicas: int = 1, kernel: str = "auto") -> Records:
     """Simulate the workload; speculative when `policy` is given, else the plain-decoding baseline.
 
-    kernel: 'auto' (ahead where possible), 'live' or 'ahead' — results are identical; tests compare them."""
+    kernel: 'auto' (the closed loop in iteration space where `closed.eligible`, else the event loop with the ahead
+    kernel where possible), 'closed', or the event loop with 'live' or 'ahead' — results are identical; tests
+    compare them."""
+    if kernel in ("auto", "closed"):
+        need = memory.request_bytes(wl.prompt_len, wl.output_len) if memory is not None else np.zeros(wl.n)
+        if closed.eligible(wl, acc, policy, need, None if memory is None else memory.kv_budget, replicas):
+            return closed.run_closed(wl, costs, acc, policy)
+        if kernel == "closed":
+            raise ValueError("the 'closed' kernel needs a closed loop of one replica, a batch-free policy and a KV "
+                             "reservation that never binds")
     sim = _Sim(wl, costs, acc, policy, memory, replicas, kernel)
-    sim.env.run()
+    sim.clock.run([r.loop() for r in sim.replicas])
     sh = sim.shared
     if sh.done != wl.n:  # pragma: no cover - an engine bug, not a user error
         raise RuntimeError(f"engine stopped with {wl.n - sh.done} requests unfinished")

@@ -45,6 +45,7 @@ class BandsPolicy(Policy):
         self.draws, self.step_draws = self.max_gamma + 1, max(1, self.max_gamma)
         # one γ at every batch size: a request's life no longer depends on the batch (as under `fixed`)
         self.fixed_gamma = self.reported_gamma = gammas.pop() if len(gammas) == 1 else None
+        self.batch_free = self.fixed_gamma is not None
 
     @classmethod
     def build(cls, gamma: int, alpha: float, c: float, cfg=None) -> BandsPolicy:

@@ -55,6 +55,9 @@ class Policy:
     fixed_gamma: int | None = None  # the γ of every step of every request, when nothing can change it: then a
     # request's life does not depend on the batch and engines may draw it whole, ahead (`acceptance.FixedRuns`)
     reported_gamma: int | None = None  # the summary's "gamma" (the configured or initial γ; None: none fixed)
+    batch_free: bool = False  # True when a request's γ, draws and state never depend on the rest of its batch and a
+    # step's draft passes are the largest γ in it: then a closed loop can be simulated from each request's life
+    # drawn alone (`specsim.engine.closed`)
 
     @classmethod
     def build(cls, gamma: int, alpha: float, c: float, cfg=None) -> Policy:

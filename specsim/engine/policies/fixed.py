@@ -11,6 +11,7 @@ class FixedPolicy(Policy):
     """γ fixed for every step of every request."""
 
     name = "fixed"
+    batch_free = True
 
     def __init__(self, gamma: int):
         self.gamma = int(gamma)

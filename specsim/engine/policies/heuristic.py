@@ -14,6 +14,7 @@ class HeuristicPolicy(Policy):
     largest, every request is judged on its own γ."""
 
     name = "heuristic"
+    batch_free = True  # γ follows the request's own outcomes
 
     def __init__(self, gamma: int, cap: int = GAMMA_CAP):
         self.gamma, self.cap = int(gamma), int(cap)

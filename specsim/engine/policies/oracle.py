@@ -19,6 +19,7 @@ class OraclePolicy(Policy):
     gamma = ORACLE_CAP
     max_gamma = ORACLE_CAP
     draws = ORACLE_CAP + 1
+    batch_free = True  # γ is what the request itself accepts
     step_draws = ORACLE_CAP + 1
 
     @classmethod
