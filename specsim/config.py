@@ -87,6 +87,14 @@ class SpeculationConfig(_Group):
                                            "model (-> draft), num_speculative_tokens (-> gamma), "
                                            "draft_tensor_parallel_size (-> draft_tp), prompt_lookup_min/max "
                                            "(specsim.methods.spec_config); a field given both ways must agree")
+    speculative_token_tree: str | None = Field(default=None, description="token tree (vLLM's "
+                                               "speculative_token_tree; specsim.methods.tree): a list of rank "
+                                               "paths '[[0], [1], [0, 0]]' (or vLLM's '[(0,), (1,), (0, 0)]'), "
+                                               "'{\"widths\": [2, 2, 1]}' or '{\"dynamic\": 16, \"top_k\": 4}'; "
+                                               "γ = its depth; None = a chain of γ")
+    tree_topk_acceptance: tuple[float, ...] | None = Field(default=None, description="cumulative top-k acceptance "
+                                                           "[P(rank < 1) = α, P(rank < 2), ...] of the draft's "
+                                                           "candidates, for a tree wider than a chain")
     num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
         default=None, description="policy 'bands': γ by live batch size, vLLM's shape [[start, end, γ], ...] "
         "(inclusive batch-size ranges, ascending, not overlapping; None = the bands choose-draft advises)")
@@ -165,7 +173,8 @@ FLAT: dict[str, str] = {name: g for name, g in (
     ("max_num_batched_tokens", "engine"), ("block_size", "engine"), ("num_gpu_blocks", "engine"),
     ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"),
     ("draft_kv_budget_tokens", "deployment"), ("method", "speculation"), ("draft_tp", "deployment"),
-    ("speculative_config", "speculation"))}
+    ("speculative_config", "speculation"), ("speculative_token_tree", "speculation"),
+    ("tree_topk_acceptance", "speculation"))}
 assert sorted(FLAT) == sorted(f for g in GROUPS.values() for f in g.model_fields), "FLAT must list every field once"
 assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a field outside its group"
 FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
@@ -234,7 +243,9 @@ class SimConfig(BaseModel):
     def _nest(cls, data: Any) -> Any:
         """Flat keys go into their groups (a key that is neither stays, for pydantic to refuse by name); a head
         method without a `draft` gets the target's shipped head (`_default_head`)."""
-        return _default_head(_speculative_config(cls._grouped(data)))
+        from specsim.methods.tree_config import tree_gamma  # lazily: the methods package reads profiles
+
+        return tree_gamma(_default_head(_speculative_config(cls._grouped(data))))
 
     @staticmethod
     def _grouped(data: Any) -> Any:
@@ -276,6 +287,10 @@ class SimConfig(BaseModel):
             if e.engine_profile != "specsim":
                 raise RuleViolation("{0} belongs to {1} specsim", "draft_kv_budget_tokens", "engine_profile")
         _method_rules(self)
+        if self.speculation.speculative_token_tree is not None or self.speculation.tree_topk_acceptance is not None:
+            from specsim.methods.tree_config import tree_rules
+
+            tree_rules(self)
         bands = self.speculation.num_speculative_tokens_per_batch_size
         if bands is not None:
             if self.speculation.policy != "bands":

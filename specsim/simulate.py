@@ -67,15 +67,22 @@ def _costs(cfg: SimConfig) -> tuple[StepCosts, Deployment | None]:
     """Step costs and the resolved deployment (None under fixed_c: no profile is read then)."""
     from specsim import methods
 
+    from specsim.methods.tree_config import from_config as tree_of
+
     d = cfg.deployment
     if d.fixed_c is not None:
         return StepCosts(None, None, d.fixed_c), None
     dep = Deployment.from_config(cfg)
     method = methods.get(cfg.speculation.method)
+    tree = tree_of(cfg)
+    if tree is not None and tree.tree.is_chain:
+        tree = None  # a width-1 tree is the chain: priced as one, exactly
     if cfg.speculation.method == "draft_model":  # today's path, untouched
-        return StepCosts(*dep.cost_models, draft_catchup=d.draft_catchup), dep
+        return StepCosts(*dep.cost_models, draft_catchup=d.draft_catchup,
+                         tree=None if tree is None else tree.tree), dep
     method.check(cfg.speculation.gamma, dep.draft)
-    return StepCosts(*dep.cost_models, method=method, gamma=cfg.speculation.gamma), dep
+    return StepCosts(*dep.cost_models, method=method, gamma=cfg.speculation.gamma,
+                     tree=None if tree is None else tree.tree), dep
 
 
 def simulate(cfg: SimConfig) -> SimResult:
@@ -88,7 +95,8 @@ def simulate(cfg: SimConfig) -> SimResult:
     peak_bw, peak_fl = (dep.peak_bytes_s, dep.peak_flops) if dep is not None else (None, None)
     mem_spec = mem_base = None
     if dep is not None:
-        mem_spec, mem_base = dep.memory(policy.max_gamma + 1)
+        # KV slots the verification writes per request: γ + 1, or a tree's nodes + 1
+        mem_spec, mem_base = dep.memory(policy.max_gamma + 1 if costs.tree is None else costs.tree.nodes + 1)
         worst = int(np.argmax(mem_spec.request_bytes(wl.prompt_len, wl.output_len)))
         mem_spec.check_one(int(wl.prompt_len[worst]), int(wl.output_len[worst]))
     profile = engine_profiles.get(cfg.engine.engine_profile)
@@ -122,7 +130,7 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
         if k != "output_tokens":
             out[f"baseline_{k}"] = v
     # closed forms at the run's α and derived c, as the policy states them for the γ it used (see the docstring)
-    eq = policy.baseline(acc.alpha, c, spec.rs_gamma)
+    eq = _tree_closed_form(cfg, policy.baseline(acc.alpha, c, spec.rs_gamma), out)
     out["tokens_per_target_run_eq1"] = float(eq.eq1)
     out["speedup_eq5"] = float(eq.eq5)
     out["tokens_per_run_dist_eq1"] = eq.dist
@@ -138,6 +146,23 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
         out["memory_capacity_gb"] = mem.capacity / 1e9
     out.update(policy.summary())
     return out
+
+
+def _tree_closed_form(cfg, eq, out: dict):
+    """A token tree's own closed form in place of eq. (1)/(5) (`specsim.methods.tree`): τ = 1 + Σ_d P(n ≥ d) and
+    τ / (γ·c + 1), γ the depth (the draft passes priced as eq. (5) prices them, verification free); the tree's
+    shape joins the row. A chain (no tree) keeps the policy's eq. (1)/(5)."""
+    from specsim.methods.tree_config import from_config as tree_of
+
+    setup = tree_of(cfg)
+    if setup is None:
+        return eq
+    t = setup.tree
+    tau = t.expected_tokens(setup.p_rank) if cfg.acceptance.alpha is not None else float(eq.eq1)
+    out.update(tree_nodes=t.nodes, tree_depth=t.depth, tree_per_depth=list(t.per_depth))
+    if t.is_chain or cfg.acceptance.alpha is None:
+        return eq
+    return eq._replace(eq1=tau, eq5=tau * float(eq.eq5) / float(eq.eq1), dist=setup.dist(), acceptance_rate=None)
 
 
 def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: dict) -> dict:

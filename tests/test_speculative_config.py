@@ -26,7 +26,8 @@ def test_vllm_keys_map_to_the_fields():
 
 
 @pytest.mark.parametrize("text, named", [
-    ('{"method": "eagle3", "speculative_token_tree": "x"}', "speculative_token_tree"),
+    ('{"method": "eagle3", "acceptance_method": "typical_acceptance_sampler"}', "acceptance_method"),
+    ('{"method": "eagle3", "speculative_token_tree": 3}', "speculative_token_tree"),
     ('{"method": "lookahead"}', "lookahead"),
     ('{"method": "eagle3", "num_speculative_tokens": 0}', "num_speculative_tokens"),
     ('{"method": "eagle3", "num_speculative_tokens": true}', "num_speculative_tokens"),
@@ -114,3 +115,8 @@ def test_choose_draft_takes_a_speculative_config(capsys):
 def test_parse_refuses_without_a_method_or_model():
     with pytest.raises(ConfigError, match="say which method"):
         parse("{}")
+
+
+def test_a_bad_tree_in_the_config_names_the_tree(capsys):
+    code, out, err = run(capsys, *SIM, "--speculative-config", '{"method": "eagle3", "speculative_token_tree": "x"}')
+    assert code == 2 and out == "" and "--speculative-token-tree" in err and "not a tree" in err

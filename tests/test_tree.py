@@ -91,3 +91,93 @@ def test_rank_probabilities_from_the_acceptance_vector():
         rank_probabilities([0.5, 0.7], 0.55)
     with pytest.raises(ConfigError, match="cumulative"):
         rank_probabilities([0.55, 0.5], 0.55)
+
+
+# --- trees in the simulator -------------------------------------------------------------------------------------
+
+from conftest import cli_capsys  # noqa: E402
+
+from specsim.cost.steptime import StepCosts  # noqa: E402
+from specsim.simulate import _costs, make_config, run  # noqa: E402
+
+BASE = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.7, requests=40,
+            output_len=96, stack="ideal")
+TOPK = [0.7, 0.82, 0.88]
+
+
+def test_a_width_one_tree_simulates_exactly_the_chain():
+    chain = run(make_config(**BASE, gamma=3))
+    tree = run(make_config(**BASE, speculative_token_tree="[[0], [0, 0], [0, 0, 0]]"))
+    assert tree.pop("tree_nodes") == 3 and tree.pop("tree_depth") == 3 and tree.pop("tree_per_depth") == [1, 1, 1]
+    assert tree == chain
+
+
+def test_a_tree_accepts_as_its_closed_form_says():
+    cfg = make_config(**dict(BASE, requests=400), speculative_token_tree='{"widths": [3, 2, 1]}',
+                      tree_topk_acceptance=TOPK)
+    r = run(cfg)
+    want = Tree.from_widths([3, 2, 1]).expected_tokens(rank_probabilities(TOPK, 0.7))
+    assert r["tokens_per_target_run_eq1"] == pytest.approx(want, rel=1e-12)
+    assert r["tokens_per_target_run"] == pytest.approx(want, rel=0.02)  # ~12k request-steps
+    assert r["tokens_per_target_run"] > run(make_config(**dict(BASE, requests=400), gamma=3))["tokens_per_target_run"]
+    assert r["tree_nodes"] == 3 + 6 + 6 and r["gamma"] == 3
+    assert sum(r["tokens_per_run_dist_eq1"]) == pytest.approx(1.0)
+
+
+def test_a_tree_step_prices_every_node_and_each_frontier():
+    cfg = make_config(**BASE, speculative_token_tree='{"widths": [3, 2, 1]}', tree_topk_acceptance=TOPK)
+    costs, dep = _costs(cfg)
+    target, draft = dep.cost_models
+    L = 300.0
+    t, b, f = costs.spec_step(1, 3, L)
+    want_t = target.pass_time_s(1, 16, 300) + sum(draft.pass_time_s(1, n, 301) for n in (1, 3, 6))
+    assert t == pytest.approx(want_t, rel=1e-9)
+    assert b == pytest.approx(target.pass_cost(1, 16, 300).bytes + sum(draft.pass_cost(1, n, 301).bytes
+                                                                        for n in (1, 3, 6)), rel=1e-9)
+    chain = StepCosts(target, draft)
+    assert t > chain.spec_step(1, 3, L)[0]  # 16 verified positions and 10 drafted cost more than 4 and 3
+    # the batch-1 fast path prices the same step
+    vt, vb, vf = costs.spec_step_vec(np.array([3]), np.array([L]), np.array([0.0]))
+    assert vt[0] == pytest.approx(t, rel=1e-12) and vb[0] == pytest.approx(b, rel=1e-12)
+
+
+def test_a_tree_reserves_kv_for_its_nodes():
+    tree = make_config(**BASE, speculative_token_tree='{"widths": [3, 2, 1]}', tree_topk_acceptance=TOPK)
+    _, dep = _costs(tree)
+    spec, _ = dep.memory(16)
+    chain_spec, _ = dep.memory(4)
+    assert spec.request_bytes(np.array([128]), np.array([96]))[0] > chain_spec.request_bytes(np.array([128]),
+                                                                                               np.array([96]))[0]
+
+
+def test_the_tree_comes_through_vllms_speculative_config():
+    a = run(make_config(**BASE, speculative_token_tree="[(0,), (1,), (0, 0)]", tree_topk_acceptance=[0.7, 0.8]))
+    b = run(make_config(**{k: v for k, v in BASE.items() if k != "draft"}, tree_topk_acceptance=[0.7, 0.8],
+                        speculative_config='{"model": "llama-3.2-1b", "speculative_token_tree": '
+                                           '"[(0,), (1,), (0, 0)]"}'))
+    assert a["speedup"] == b["speedup"] and a["tree_nodes"] == 3
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--speculative-token-tree", "[[0],[1]]"], "top-k acceptance"),
+    (["--speculative-token-tree", "[[0],[1]]", "--tree-topk-acceptance", "[0.7,0.8]", "--policy", "heuristic"],
+     "--policy fixed"),
+    (["--speculative-token-tree", "[[0],[0,0]]", "--gamma", "3"], "depth, 2"),
+    (["--tree-topk-acceptance", "[0.7,0.8]"], "--speculative-token-tree"),
+    (["--speculative-token-tree", "[[0],[2]]", "--tree-topk-acceptance", "[0.7,0.8]"], "rank 2"),
+    (["--speculative-token-tree", "[[0],[1]]", "--tree-topk-acceptance", "[0.6,0.8]"], "α"),
+    (["--speculative-token-tree", "[[0,0]]"], "parent is missing"),
+    (["--speculative-token-tree", "[[0],[1]]", "--tree-topk-acceptance", "[0.7,0.8]", "--draft-catchup"],
+     "catch-up"),
+])
+def test_bad_tree_setups_exit_2_in_one_line(capsys, extra, words):
+    args = ["simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b",
+            "--alpha", "0.7", "--requests", "4"] + extra
+    code, out, err = cli_capsys(capsys, *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_a_lookup_method_has_no_tree(capsys):
+    code, _, err = cli_capsys(capsys, "simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--alpha",
+                              "0.7", "--method", "ngram", "--speculative-token-tree", "[[0]]")
+    assert code == 2 and "no candidates to branch on" in err

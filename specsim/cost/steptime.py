@@ -16,6 +16,8 @@
 - Encoder-decoder models: the decoder's self-attention context is the output so far; the encoder output
   (cross-attention context) is the prompt. Prefill = the encoder pass (+ one decoder pass for the target, which
   produces output token 0); decoder-only prefill = one pass over the prompt, which produces token 0.
+- A token tree (`specsim.methods.tree`): the verification carries its N nodes + the root, and its D draft passes
+  carry its frontiers (n_{d−1} positions for pass d; one pass for a one-pass method), all at the chain's contexts.
 - fixed_c mode (to check eq. 5): a target pass costs 1 unit whatever its positions (free verification), a draft
   pass costs c units, prefill is free; bytes and FLOPs are then unknown (MBU/MFU reported as None).
 - Draft catch-up (`draft_catchup=True`, what HF-style executors such as specsim's own do): after a clean sweep the
@@ -103,8 +105,9 @@ class StepCosts:
     """Iteration durations for the speculative engine and its baseline."""
 
     def __init__(self, target: CostModel | None, draft: CostModel | None, fixed_c: float | None = None,
-                 draft_catchup: bool = False, method=None, gamma: int = 1):
+                 draft_catchup: bool = False, method=None, gamma: int = 1, tree=None):
         self.fixed_c = fixed_c
+        self.tree = tree  # a specsim.methods.tree.Tree: verify its nodes + 1, draft its frontiers (module doc)
         self.method = method  # a specsim.methods.Method; None = draft_model (γ passes per step)
         self.one_pass = bool(getattr(method, "one_pass", False))
         self.c_divisor = method.c_divisor(gamma) if method is not None else 1
@@ -148,6 +151,8 @@ class StepCosts:
         """One iteration; K = sequences whose first draft pass catches up 2 positions (see the module doc)."""
         if self.fixed_c is not None:
             return G * self.fixed_c + 1.0, 0.0, 0.0
+        if self.tree is not None and G:
+            return self._tree_step(B, G, L, int(round(X)))
         # = T_t(B, G + 1, L) + G·T_d(B, 1, L + (G − 1)/2), term by term; both segments from one dict lookup
         Xi = int(round(X))
         i = int(L // CONTEXT_BUCKET)
@@ -172,6 +177,34 @@ class StepCosts:
                 w = K / B
                 t, b, f = t + w * ct, b + w * cb, f + w * cf
         return t, b, f
+
+    def _tree_passes(self) -> tuple[int, ...]:
+        """Positions of each draft pass of a tree step: its frontiers (one pass of 1 for a one-pass method)."""
+        return (1,) if self.one_pass else self.tree.frontiers
+
+    def _tree_step(self, B: int, G: int, L: float, Xi: int):
+        """A token-tree step: T_t(B, N + 1, L) + Σ_d T_d(B, n_{d−1}, L + (D − 1)/2) (the tree's N nodes and the
+        root verified in one pass; pass d drafts from the n_{d−1} nodes of depth d − 1; mean context as a chain's)."""
+        i = int(L // CONTEXT_BUCKET)
+        Ld = L + (G - 1) / 2
+        i2 = int(Ld // CONTEXT_BUCKET)
+        key = ("tree", B, i, i2, Xi)
+        seg = self._steps.get(key)
+        if seg is None:
+            drafts = [self.d._seg(B, f, i2, Xi) for f in self._tree_passes()]
+            seg = self._steps[key] = (self.t._seg(B, self.tree.nodes + 1, i, Xi),
+                                      tuple(sum(x[k] for x in drafts) for k in range(len(Segment._fields))))
+        (t0, st, b0, sb, f0, sf), (dt0, dst, db0, dsb, df0, dsf) = seg
+        d, d2 = L - i * CONTEXT_BUCKET, Ld - i2 * CONTEXT_BUCKET
+        return (t0 + d * st + dt0 + d2 * dst, b0 + d * sb + db0 + d2 * dsb, f0 + d * sf + df0 + d2 * dsf)
+
+    def _tree_vec(self, G: int, L: np.ndarray, x: int):
+        """`_tree_step` at batch 1 over many contexts (element by element the same sums)."""
+        tt, bb, ff = self.t.vec(self.tree.nodes + 1, L, x)
+        for f in self._tree_passes():
+            dt, db, df = self.d.vec(f, L + (G - 1) / 2, x)
+            tt, bb, ff = tt + dt, bb + db, ff + df
+        return tt, bb, ff
 
     def catchup_extra(self, B: int, L: float, Xi: int):
         """T(B, 2, L) − T(B, 1, L) of the draft (and bytes, FLOPs): what catching up costs when all B do."""
@@ -204,6 +237,9 @@ class StepCosts:
         for g in gs:
             for x in xs:
                 m = slice(None) if len(gs) == 1 and len(xs) == 1 else np.flatnonzero((G == g) & (Xi == x))
+                if g and self.tree is not None:
+                    t[m], b[m], f[m] = self._tree_vec(int(g), L[m], int(x))
+                    continue
                 tt, bb, ff = self.t.vec(int(g) + 1, L[m], int(x))
                 if g:
                     dt, db, df = self.d.vec(1, L[m] + (int(g) - 1) / 2, int(x))

@@ -22,6 +22,9 @@ Conventions (every engine — the step-by-step engine of record and the fast pat
   constant α a request's whole life is independent of everything else, so `FixedRuns` draws and judges it for a
   block of requests at once, vectorized over all their steps.
 
+A token tree (`specsim.methods.tree`) under a constant α is a chain whose slot k accepts with the tree's per-depth
+rate a_{k+1} = P(n ≥ k + 1 | n ≥ k) (`slot_rates`): the accepted depth then has the tree's distribution exactly.
+
 Lenience l (App. A.5, lossy speculative sampling): the exact β_l needs both distributions, which a trace does not
 carry. We use β_l = 1 − (1 − β) · l^κ with κ = LENIENCE_KAPPA = 0.38 — an APPROXIMATION fitted by us to the paper's
 T5-small figures for T5-XXL EnDe at T = 1 (α = 0.62 / 0.71 / 0.76 / 0.84 at l = 1 / 0.5 / 0.3 / 0.1; the fit gives
@@ -66,7 +69,8 @@ class Acceptance:
     −1 (never accepted), so `argmin(u < threshold)` is the number of leading accepts, capped at γ.
     """
 
-    def __init__(self, alpha: float | None = None, trace=None, lenience: float = 1.0, seed: int = 0):
+    def __init__(self, alpha: float | None = None, trace=None, lenience: float = 1.0, seed: int = 0,
+                 slot_rates=None):
         if (alpha is None) == (trace is None):
             raise ConfigError("give exactly one of alpha and trace", field="alpha")
         self.seed = int(seed)
@@ -78,6 +82,9 @@ class Acceptance:
             self.constant = True
             self.alpha_raw = float(alpha)
             sf = np.ones(cap)
+            if slot_rates is not None:  # a token tree's per-depth acceptance a_d (specsim.methods.tree_config)
+                r = np.asarray(slot_rates, dtype=float)[:cap]
+                sf[:len(r)] = r / self.alpha_raw if self.alpha_raw > 0 else 0.0
         else:
             self.constant = False
             self.alpha_raw = float(trace.alpha)
@@ -100,8 +107,13 @@ class Acceptance:
     @classmethod
     def from_config(cls, cfg) -> Acceptance:
         a = cfg.acceptance
+        from specsim.methods.tree_config import from_config as tree_of
+
         trace = None if a.trace is None else _read_trace(a.trace)
-        return cls(alpha=a.alpha, trace=trace, lenience=a.lenience, seed=cfg.workload.seed)
+        tree = tree_of(cfg)
+        # a width-1 tree is the chain itself (its rates are α up to rounding: the chain's thresholds, exactly)
+        rates = tree.slot_rates() if tree is not None and a.alpha is not None and not tree.tree.is_chain else None
+        return cls(alpha=a.alpha, trace=trace, lenience=a.lenience, seed=cfg.workload.seed, slot_rates=rates)
 
     # --- per-request walk ---------------------------------------------------------------------------
     def walk_start(self, request: np.ndarray | int):

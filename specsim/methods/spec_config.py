@@ -3,7 +3,7 @@ read into SimConfig's flat fields.
 
 Keys (vLLM's names): method -> `method` (default draft_model when a model is given), model -> `draft` (a draft
 model profile, or a head profile; none = the target's shipped head), num_speculative_tokens -> `gamma`,
-draft_tensor_parallel_size -> `draft_tp`; prompt_lookup_min / prompt_lookup_max (ngram) are checked as vLLM checks
+draft_tensor_parallel_size -> `draft_tp`, speculative_token_tree -> `speculative_token_tree`; prompt_lookup_min / prompt_lookup_max (ngram) are checked as vLLM checks
 them (1 <= min <= max) and do not enter the model (the hit rate is α). Anything else is refused in one line naming
 the key, its value and what is allowed.
 """
@@ -21,7 +21,8 @@ FLAG = "--speculative-config"
 _TO_FIELD = {"method": "method", "model": "draft", "num_speculative_tokens": "gamma",
              "draft_tensor_parallel_size": "draft_tp"}
 _NGRAM_KEYS = ("prompt_lookup_min", "prompt_lookup_max")
-KEYS = tuple(_TO_FIELD) + _NGRAM_KEYS
+TREE_KEY = "speculative_token_tree"  # vLLM's key, a string; a JSON list or object is taken too
+KEYS = tuple(_TO_FIELD) + _NGRAM_KEYS + (TREE_KEY,)
 EXAMPLE = '{"method": "eagle3", "num_speculative_tokens": 3}'
 
 
@@ -73,6 +74,12 @@ def parse(text: str | dict, flag: str = FLAG, extra_keys: tuple[str, ...] = ()) 
         v = _int(data, key, 1, hi, flag)
         if v is not None:
             out[field] = v
+    tree = data.get(TREE_KEY)
+    if tree is not None:
+        if not isinstance(tree, (str, list, dict)):
+            raise ConfigError("must be a tree", field=f"{flag}.{TREE_KEY}", value=tree,
+                              allowed='"[(0,), (1,), (0, 0)]", a list of rank paths, or {"widths": [...]}')
+        out[TREE_KEY] = tree if isinstance(tree, str) else json.dumps(tree)
     _check_ngram_keys(data, method, flag)
     out.update({k: data[k] for k in extra_keys if k in data})
     return out
@@ -103,7 +110,7 @@ def expand(groups: dict, flag: str = FLAG) -> dict:
     for field, v in parse(text, flag).items():
         group = dict(out.get(FLAT[field]) or {})
         if group.get(field) is not None and group[field] != v:
-            key = next(k for k, f in _TO_FIELD.items() if f == field)
+            key = next((k for k, f in _TO_FIELD.items() if f == field), field)
             raise ConfigError(f"given twice: {flag_of(field)} and {flag} {key}", field=flag_of(field),
                               value=group[field], allowed=f"one of them, or the same value")
         group[field] = v

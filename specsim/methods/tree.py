@@ -7,8 +7,9 @@ EAGLE (`tree_choices`), Medusa (`medusa_choices`) and vLLM (`speculative_token_t
 - a list of paths, e.g. [[0], [1], [0, 0], [0, 1], [0, 0, 0]] (vLLM's "[(0,), (1,), (0, 0)]" literal is read too);
 - {"widths": [k1, ..., kD]}: every path whose rank at depth d is below k_d (SpecInfer's expansion configuration
   ⟨k1, ..., kD⟩, Miao et al. 2024; nodes Σ_d Π_{j≤d} k_j);
-- {"dynamic": N, "top_k": k}: the N most likely paths under the rank model with ranks below k (EAGLE-2's dynamic
-  tree, Li et al. 2024, keeps the nodes of highest draft confidence; here the confidence is the rank model's path
+- {"dynamic": N, "top_k": k, "depth": D}: the N most likely paths under the rank model with ranks below k and at
+  most D deep (EAGLE-2's dynamic tree, Li et al. 2024, total_token / top_k / depth, keeps the nodes of highest draft
+  confidence; here the confidence is the rank model's path
   probability, so the tree is the same every step — the per-step adaptation EAGLE-2 adds is not modelled).
 
 At temperature 0 the target's token at depth d has a rank r_d among the draft's candidates given the accepted
@@ -185,13 +186,17 @@ def parse_tree(value, p_rank: np.ndarray | None, field: str = FIELD) -> Tree:
         keys = set(value)
         if keys == {"widths"}:
             return Tree.from_widths(value["widths"], field)
-        if keys in ({"dynamic", "top_k"}, {"dynamic"}):
+        if "dynamic" in keys and keys <= {"dynamic", "top_k", "depth"}:
             if p_rank is None:
                 raise ConfigError("a dynamic tree picks its nodes by the rank model", field=field, value=value,
                                   allowed="give tree_topk_acceptance as well")
-            return Tree.dynamic(value["dynamic"], value.get("top_k", len(p_rank)), p_rank, field=field)
+            depth = value.get("depth", MAX_TREE_DEPTH)
+            if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_TREE_DEPTH:
+                raise ConfigError("out of range", field=f"{field}.depth", value=depth,
+                                  allowed=f"integers 1..{MAX_TREE_DEPTH}")
+            return Tree.dynamic(value["dynamic"], value.get("top_k", len(p_rank)), p_rank, depth, field=field)
         raise ConfigError("unknown tree form", field=field, value=sorted(keys),
-                          allowed='a list of paths, {"widths": [...]} or {"dynamic": N, "top_k": k}')
+                          allowed='a list of paths, {"widths": [...]} or {"dynamic": N, "top_k": k, "depth": D}')
     return Tree.from_paths(value if isinstance(value, (list, tuple)) else [value], field)
 
 
