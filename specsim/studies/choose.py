@@ -12,7 +12,7 @@ is run at each γ in 1..gamma_max against the paired no-speculation baseline. Pe
   first measured point up to the next band's first point − 1; the last band ends at the largest measured point —
   nothing beyond the range is predicted; rate mode: the same with rates, max exclusive except for the last band);
 - break-even load = the smallest measured load where no γ gives speedup ≥ 1 (None = none within the range);
-  `why` (batch mode, present only then) = one line from `specsim.studies.explain` at the break-even batch, or for a
+  `why` (batch mode, present only then) = one line from `specsim.cost.explain` at the break-even batch, or for a
   mixture-of-experts target at the first batch: draft cost, compute-bound verification or experts woken.
 Drafts are ranked by the realized speedup averaged over the load points (ties: the speedup at the first load).
 Memory: weights of target + draft plus the KV reservation of every concurrent request (steptime.Memory: prompt +
@@ -275,7 +275,7 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
 
 
 def _why(dep, kind: str, points: list, alpha: float, prompt_len: int) -> str | None:
-    """One line on what limits speculation (`specsim.studies.explain`) at the first batch where it loses, else, for
+    """One line on what limits speculation (`specsim.cost.explain`) at the first batch where it loses, else, for
     a mixture-of-experts target, at the first batch (verifying γ+1 tokens wakes more experts than one token does);
     None in rate mode (no one batch to explain) or for a dense target that wins at every batch."""
     sims = [p for p in points if p["fits"]]
@@ -283,7 +283,7 @@ def _why(dep, kind: str, points: list, alpha: float, prompt_len: int) -> str | N
     p = lost[0] if lost else (sims[0] if sims and getattr(dep.target, "is_moe", False) else None)
     if kind != "batch" or p is None:
         return None
-    from specsim.studies.explain import explain
+    from specsim.cost.explain import explain
 
     target, draft = dep.cost_models
     return explain(target, draft, batch=int(p["load"]), gamma=p["best_gamma"], alpha=alpha, context=prompt_len,
