@@ -17,7 +17,7 @@ from specsim.errors import ConfigError
 from specsim.profiles import ModelProfile
 from specsim.simulate import make_config, run
 from specsim.studies.choose import choose_draft
-from specsim.studies.explain import explain, why_speculation_loses
+from specsim.cost.explain import explain, why_speculation_loses
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 H100 = prof.hardware("h100-sxm")

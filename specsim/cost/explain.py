@@ -75,3 +75,28 @@ def why_speculation_loses(target, draft, *, batch: int, gamma: int, alpha: float
     """One line naming the dominant reason when the predicted speedup is below 1; None when speculation wins."""
     w = explain(target, draft, batch=batch, gamma=gamma, alpha=alpha, context=context)
     return w.line if w.speedup < 1.0 else None
+
+
+def explain_step(costs, *, batch: int, gamma: int, context: float, tokens_per_step: float, speedup: float,
+                 alpha: float) -> Why:
+    """`explain` for any method and tree, from the run's own step costs (`specsim.cost.steptime.StepCosts`): the
+    drafting share is the speculative step minus its verification pass, both in the run's decode steps; τ is the
+    simulated tokens per step. Used by `simulate` when the simulated speedup is below 1."""
+    target = costs.target
+    tree = getattr(costs, "tree", None)
+    positions = tree.nodes + 1 if tree is not None else gamma + 1
+    ctx = int(round(context))
+    t1 = costs.plain_step(batch, float(ctx))[0]
+    verify = target.pass_time_s(batch, positions, ctx) / t1
+    drafting = costs.spec_step(batch, gamma, float(ctx))[0] / t1 - verify
+    v_reason, v_detail = _verify_reason(target, batch, positions - 1, ctx, verify)
+    parts = [f"drafting {drafting:.2f} decode steps ({costs.method.name if costs.method else 'draft_model'}, "
+             f"γ = {gamma}{f', a {tree.nodes}-node tree' if tree is not None else ''})",
+             f"verification {verify:.2f} decode steps ({v_reason}: {v_detail})"]
+    reason = "draft cost" if drafting >= verify - 1.0 else v_reason
+    if reason != "draft cost":
+        parts.reverse()
+    head = "speculation loses" if speedup < 1.0 else "speculation is limited"
+    line = (f"{head} ({speedup:.2f}× at batch {batch}, α={alpha:.3g}) by {reason}: {'; '.join(parts)}; each step "
+            f"yields τ = {tokens_per_step:.2f} tokens")
+    return Why(speedup=float(speedup), reason=reason, line=line)
