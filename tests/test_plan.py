@@ -214,3 +214,13 @@ def test_a_replayed_arrivals_csv_replaces_the_rates(tmp_path, capsys):
     p = _write(tmp_path, text.replace("[search]", "[search]\nrates = [4]"), "both.toml")
     code, _, err = cli_capsys(capsys, "plan", p, "--out", tmp_path / "out2")
     assert code == 2 and "search.rates" in err
+
+
+def test_a_plan_runs_on_a_dask_cluster_with_the_local_answer(planned, tmp_path):
+    """Every round is a sweep, so --scheduler sends its points to Dask; the answer is the local one."""
+    distributed = pytest.importorskip("distributed")
+    plan, report, _ = planned
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=40) as cluster:
+        remote = run_plan(plan, tmp_path / "dask", scheduler=cluster.scheduler_address, progress=False)
+    assert remote.rows == report.rows and remote.rounds == report.rounds
