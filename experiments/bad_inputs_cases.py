@@ -15,9 +15,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from bad_inputs_more import _cases_plan_methods, _plan_moe_files
+
 REPO = Path(__file__).resolve().parents[1]
 KIND_PART = {"profile": "A", "tp": "A", "cli": "A", "path": "A", "compare": "A/B", "spec": "B", "sweep-files": "B",
-             "scheduler": "B", "trace": "C", "arrivals": "C", "measured": "C", "executor": "C", "good": "-"}
+             "scheduler": "B", "trace": "C", "arrivals": "C", "measured": "C", "executor": "C", "good": "-",
+             "plan": "16", "method": "15", "tree": "15", "moe": "15"}
 SIM = "simulate --hardware a100-80gb --target llama-3.1-8b --draft llama-3.2-1b --requests 2 --output-len 8 --json"
 SIM_A = SIM + " --alpha 0.7"
 REC = "record --target profile:llama-68m:layers=1 --draft bigram --prompts {d}/p.txt --max-new-tokens 4 --json"
@@ -186,6 +189,7 @@ def prepare(d: Path, exe: str) -> None:
     _table_files(d)
     _executor_files(d)
     _sweep_files(d, exe)
+    _plan_moe_files(d)
 
 
 def _cases_profiles() -> list[tuple]:
@@ -336,4 +340,4 @@ def _cases_good() -> list[tuple]:
 
 def cases() -> list[tuple]:
     return (_cases_profiles() + _cases_tp_cli() + _cases_paths_specs() + _cases_tables() + _cases_executor()
-            + _cases_good())
+            + _cases_plan_methods() + _cases_good())
