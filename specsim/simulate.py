@@ -152,17 +152,21 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
 def _tree_closed_form(cfg, eq, out: dict):
     """A token tree's own closed form in place of eq. (1)/(5) (`specsim.methods.tree`): τ = 1 + Σ_d P(n ≥ d) and
     τ / (γ·c + 1), γ the depth (the draft passes priced as eq. (5) prices them, verification free); the tree's
-    shape joins the row. A chain (no tree) keeps the policy's eq. (1)/(5)."""
-    from specsim.methods.tree_config import from_config as tree_of
+    shape joins the row. A chain (no tree) keeps the policy's eq. (1)/(5). On a trace the rank model is the trace's
+    own P(rank = r) over its positions (ranks taken i.i.d., so clustering_delta shows what their order adds)."""
+    from specsim.engine.acceptance import read_trace
+    from specsim.methods.tree_config import TreeSetup, from_config as tree_of
 
     setup = tree_of(cfg)
     if setup is None:
         return eq
     t = setup.tree
-    tau = t.expected_tokens(setup.p_rank) if cfg.acceptance.alpha is not None else float(eq.eq1)
     out.update(tree_nodes=t.nodes, tree_depth=t.depth, tree_per_depth=list(t.per_depth))
-    if t.is_chain or cfg.acceptance.alpha is None:
+    if t.is_chain:
         return eq
+    if cfg.acceptance.alpha is None:
+        setup = TreeSetup(t, read_trace(cfg.acceptance.trace).rank_probabilities(t.max_rank + 1))
+    tau = t.expected_tokens(setup.p_rank)
     return eq._replace(eq1=tau, eq5=tau * float(eq.eq5) / float(eq.eq1), dist=setup.dist(), acceptance_rate=None)
 
 

@@ -107,7 +107,7 @@ def record_cmd(
                          progress=not json_out and sys.stderr.isatty())
     path = trace.write(out)
     res = {"out": str(path), "alpha": trace.alpha, "n_sequences": trace.n_sequences, "n_tokens": trace.n_tokens,
-           "metadata": trace.metadata}
+           "rank": trace.rank is not None, "metadata": trace.metadata}  # rank: written at temperature 0
     if json_out:
         emit_json(res)
         return

@@ -24,6 +24,10 @@ Conventions (every engine — the step-by-step engine of record and the fast pat
 
 A token tree (`specsim.methods.tree`) under a constant α is a chain whose slot k accepts with the tree's per-depth
 rate a_{k+1} = P(n ≥ k + 1 | n ≥ k) (`slot_rates`): the accepted depth then has the tree's distribution exactly.
+A tree wider than a chain on a trace is judged on the trace's `rank` column instead of β
+(`specsim.engine.rank_walk`): each step accepts the longest rank prefix that is a node, exactly; the thresholds
+are 1/0 per slot, so the uniforms drawn are the chain's and only the accepted depths change. A chain (a width-1
+tree included) on the same trace reads β as before, bit for bit.
 
 Lenience l (App. A.5, lossy speculative sampling): the exact β_l needs both distributions, which a trace does not
 carry. We use β_l = 1 − (1 − β) · l^κ with κ = LENIENCE_KAPPA = 0.38 — an APPROXIMATION fitted by us to the paper's
@@ -70,9 +74,12 @@ class Acceptance:
     """
 
     def __init__(self, alpha: float | None = None, trace=None, lenience: float = 1.0, seed: int = 0,
-                 slot_rates=None):
+                 slot_rates=None, tree=None):
         if (alpha is None) == (trace is None):
             raise ConfigError("give exactly one of alpha and trace", field="alpha")
+        self.ranks = None  # a tree on the trace's ranks (`rank_walk.RankWalk`), else None: thresholds from β
+        if trace is not None and tree is not None and not tree.is_chain:
+            self.ranks = _rank_walk(trace, tree, lenience)
         self.seed = int(seed)
         self.lenience = float(lenience)
         lk = 1.0 if lenience == 1.0 else lenience ** LENIENCE_KAPPA  # β' = 1 − (1 − β·f_k)·lk = a + b_k·β
@@ -113,7 +120,8 @@ class Acceptance:
         tree = tree_of(cfg)
         # a width-1 tree is the chain itself (its rates are α up to rounding: the chain's thresholds, exactly)
         rates = tree.slot_rates() if tree is not None and a.alpha is not None and not tree.tree.is_chain else None
-        return cls(alpha=a.alpha, trace=trace, lenience=a.lenience, seed=cfg.workload.seed, slot_rates=rates)
+        return cls(alpha=a.alpha, trace=trace, lenience=a.lenience, seed=cfg.workload.seed, slot_rates=rates,
+                   tree=None if tree is None else tree.tree)
 
     # --- per-request walk ---------------------------------------------------------------------------
     def walk_start(self, request: np.ndarray | int):
@@ -223,6 +231,8 @@ class Acceptance:
 
     def thresholds(self, G: int, bpos: np.ndarray | None) -> np.ndarray:
         """Thresholds for draft length G: a row (constant α) or a (B, G+1) block gathered at walk offsets bpos."""
+        if self.ranks is not None:
+            return self.ranks.thresholds(G, bpos)
         a, b, const = self.row(G)
         if const is not None:
             return const
@@ -297,6 +307,23 @@ class FixedRuns:
                 np.concatenate([x[4] for x in blocks]))
 
 
+def _rank_walk(trace, tree, lenience: float):
+    """The tree's thresholds on the trace's ranks; a trace without ranks (or with a chain-only model on it) is
+    refused in one line naming the file and the flag."""
+    from specsim.config import flag
+    from specsim.engine.rank_walk import RankWalk
+
+    where = trace.path or "<in-memory trace>"
+    if trace.rank is None:
+        raise ConfigError("the trace has no rank column; record it with specsim record", file=where,
+                          field=flag("speculative_token_tree"), allowed="a trace with a rank column, or a chain")
+    if lenience != 1.0 or trace.metadata.get("slot_decay") is not None:
+        raise ConfigError("a tree on the trace's ranks is exact at temperature 0: no lenience, no slot_decay",
+                          file=where, field=flag("lenience" if lenience != 1.0 else "speculative_token_tree"),
+                          allowed="lenience 1 and a trace without slot_decay")
+    return RankWalk(tree, trace.rank)
+
+
 def _read_trace(path: str):
     """Read a trace once per process while the file is unchanged (sweeps run thousands of points on one trace)."""
     import os
@@ -313,3 +340,6 @@ def _read_trace(path: str):
             _TRACES.pop(next(iter(_TRACES)))
         _TRACES[key] = Trace.read(path)
     return _TRACES[key]
+
+
+read_trace = _read_trace  # the public name: the summary reads a trace's ranks through the same cache

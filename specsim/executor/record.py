@@ -5,6 +5,12 @@ top-k / top-p, keeping each adjusted distribution p_t); the draft then reads pro
 teacher-forced in ONE forward pass, giving q_t at every generated position. β_t = Σ_x min(p_t(x), q_t(x)) on the
 adjusted distributions (with lenience l: Σ_x min(q_t(x), p_t(x)/l), the probability a draft token is kept).
 At temperature 0 both are one-hot, so β_t ∈ {0, 1}: 1 exactly when the draft's argmax is the target's token.
+
+At temperature 0 the trace also gets the column `rank` (`specsim.traces.format`): the rank of the target's token
+among the draft's candidates, from the same teacher-forced pass — the number of vocabulary entries whose draft
+logit is strictly higher, plus those tied with it at a lower token id (argmax's tie rule, so rank 0 is exactly
+β = 1). A token tree is judged on it (`specsim.engine.rank_walk`). Above temperature 0 the column is left out: a
+sampled tree's acceptance (multi-draft speculative sampling) is not a function of the target token's rank.
 """
 
 from __future__ import annotations
@@ -37,33 +43,62 @@ def sequence_seed(seed: int, index: int) -> int:
 def draft_distributions(draft: Source, tokens: Sequence[int], n_last: int, vocab: int,
                         sampling: SamplingConfig, device: torch.device) -> torch.Tensor:
     """q for the last `n_last` tokens of `tokens`, teacher-forced in one pass: [n_last, vocab] on `device`."""
+    return _draft_pass(draft, tokens, n_last, vocab, sampling, device)[0]
+
+
+def _draft_pass(draft: Source, tokens: Sequence[int], n_last: int, vocab: int, sampling: SamplingConfig,
+                device: torch.device, ranks: bool = False) -> tuple[torch.Tensor, np.ndarray | None]:
+    """(q as `draft_distributions`, and with `ranks` the draft's rank of each of the last n_last tokens)."""
     state = draft.new_state()
     logits = draft.forward(torch.as_tensor(tokens[:-1], dtype=torch.long), state, keep=n_last)
-    return torch.cat([adjust(fit_vocab(c, vocab).to(device), sampling) for c in logits.split(_CHUNK_ROWS)])
+    chosen = torch.as_tensor(tokens[len(tokens) - n_last:], dtype=torch.long, device=device)
+    qs, rs = [], []
+    for j, c in enumerate(logits.split(_CHUNK_ROWS)):
+        c = fit_vocab(c, vocab).to(device)
+        qs.append(adjust(c, sampling))
+        if ranks:
+            rs.append(token_ranks(c, chosen[j * _CHUNK_ROWS:j * _CHUNK_ROWS + c.shape[0]]))
+    return torch.cat(qs), (np.concatenate(rs) if ranks else None)
+
+
+def token_ranks(logits: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
+    """Rank of tokens[i] in logits[i]: entries strictly higher, plus entries equal at a lower id (argmax's order).
+    Compared as float32, the precision `adjust` takes its argmax in."""
+    x = logits.float()
+    own = x.gather(-1, tokens[:, None])
+    ids = torch.arange(x.shape[-1], device=x.device)
+    ahead = (x > own) | ((x == own) & (ids[None, :] < tokens[:, None]))
+    return ahead.sum(-1).cpu().numpy().astype(np.int64)
 
 
 @torch.inference_mode()
 def record_sequence(target: Source, draft: Source, prompt: Sequence[int], max_new_tokens: int,
                     sampling: SamplingConfig, lenience: float = 1.0, seed: int = 0,
-                    eos_token_id: int | None = None) -> tuple[list[int], np.ndarray]:
-    """(generated tokens, β per generated position) for one prompt."""
+                    eos_token_id: int | None = None, ranks: bool = False):
+    """(generated tokens, β per generated position) for one prompt; with `ranks` (temperature 0 only, see the
+    module doc) also the draft's rank of each generated token: (tokens, β, rank)."""
+    if ranks and not sampling.greedy:
+        raise ConfigError("ranks are recorded at temperature 0 only", field="temperature",
+                          value=sampling.temperature, allowed="0")
     res = PlainDecoder(target, sampling, timing=False).generate(prompt, max_new_tokens, seed=seed,
                                                                  eos_token_id=eos_token_id, keep_probs=True)
     n = len(res.tokens)
     if n == 0:
-        return [], np.zeros(0)
+        return ([], np.zeros(0), np.zeros(0, np.int64)) if ranks else ([], np.zeros(0))
     full = list(prompt) + res.tokens
-    q = draft_distributions(draft, full, n, target.vocab_size, sampling, res.probs.device)
+    q, rank = _draft_pass(draft, full, n, target.vocab_size, sampling, res.probs.device, ranks)
     beta = torch.cat([overlap(pc, qc, lenience) for pc, qc in zip(res.probs.split(_CHUNK_ROWS),
                                                                    q.split(_CHUNK_ROWS))])
-    return res.tokens, beta.clamp(0.0, 1.0).double().cpu().numpy()
+    beta = beta.clamp(0.0, 1.0).double().cpu().numpy()
+    return (res.tokens, beta, rank) if ranks else (res.tokens, beta)
 
 
 def record_trace(target: Source, draft: Source, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                  sampling: SamplingConfig = PLAIN, lenience: float = 1.0, seed: int = 0,
                  eos_token_id: int | None = None, task: str | None = None, prompts_file: str | None = None,
                  progress: bool = False):
-    """A `specsim.traces.format.Trace` with one sequence per prompt (column `token` = the generated token id)."""
+    """A `specsim.traces.format.Trace` with one sequence per prompt (column `token` = the generated token id; at
+    temperature 0 also `rank`, the draft's rank of it)."""
     from specsim.traces.format import Trace
     frames = []
     it = enumerate(prompts)
@@ -71,11 +106,14 @@ def record_trace(target: Source, draft: Source, prompts: Sequence[Sequence[int]]
         from tqdm import tqdm
         it = tqdm(it, total=len(prompts), desc="record", unit="prompt")
     for i, prompt in it:
-        tokens, beta = record_sequence(target, draft, prompt, max_new_tokens, sampling, lenience,
-                                       sequence_seed(seed, i), eos_token_id)
-        frames.append(pd.DataFrame({"sequence_id": np.full(len(beta), i, dtype=np.int64),
-                                    "position": np.arange(len(beta), dtype=np.int64), "beta": beta,
-                                    "token": np.asarray(tokens, dtype=np.int64)}))
+        tokens, beta, *rank = record_sequence(target, draft, prompt, max_new_tokens, sampling, lenience,
+                                              sequence_seed(seed, i), eos_token_id, ranks=sampling.greedy)
+        cols = {"sequence_id": np.full(len(beta), i, dtype=np.int64),
+                "position": np.arange(len(beta), dtype=np.int64), "beta": beta,
+                "token": np.asarray(tokens, dtype=np.int64)}
+        if rank:
+            cols["rank"] = rank[0]
+        frames.append(pd.DataFrame(cols))
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         {"sequence_id": np.zeros(0, np.int64), "position": np.zeros(0, np.int64), "beta": np.zeros(0)})
     meta = {"target": target.name, "draft": draft.name, **sampling.as_dict(), "lenience": float(lenience),

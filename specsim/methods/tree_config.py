@@ -3,8 +3,11 @@
 - γ is the tree's depth: without an explicit γ the tree sets it; a γ that differs is refused.
 - A tree runs under policy fixed and the `specsim` engine profile, with a proposer that has candidates to branch on
   (a draft model, an EAGLE / MTP head, Medusa heads — not the n-gram / suffix lookups), without draft catch-up.
-- A tree wider than a chain needs the draft's top-k acceptance (`tree_topk_acceptance`) with a constant α; a β
-  trace carries acceptance at rank 0 only, so it serves chains (a width-1 tree is the chain).
+- A tree wider than a chain needs the draft's top-k acceptance (`tree_topk_acceptance`) with a constant α, or a
+  trace with a `rank` column (`specsim record` writes it; judged by `specsim.engine.rank_walk`), without lenience.
+  Whether the trace has the column is checked where the trace is read (`Acceptance`), not here, so validating a
+  config never opens the file; a β-only trace serves chains (a width-1 tree is the chain). On a trace,
+  `tree_topk_acceptance` only picks a dynamic tree's nodes; acceptance comes from the ranks.
 """
 
 from __future__ import annotations
@@ -98,10 +101,10 @@ def tree_rules(cfg) -> None:
         raise RuleViolation("a tree runs under {0} specsim", "engine_profile", "speculative_token_tree")
     if d.draft_catchup:
         raise RuleViolation("{0} is a chain's catch-up; drop it with {1}", "draft_catchup", "speculative_token_tree")
-    if not tree.is_chain and a.alpha is None:
-        raise RuleViolation("a tree wider than a chain needs {0} with a constant {1} (a trace carries rank-0 "
-                            "acceptance only)", "tree_topk_acceptance", "alpha")
-    if not tree.is_chain and s.tree_topk_acceptance is None:
+    if not tree.is_chain and a.trace is not None and a.lenience != 1.0:
+        raise RuleViolation("a tree on a trace's ranks is exact at temperature 0: drop {0}", "lenience",
+                            "speculative_token_tree")
+    if not tree.is_chain and a.alpha is not None and s.tree_topk_acceptance is None:
         raise RuleViolation("a tree wider than a chain needs the draft's top-k acceptance {0}",
                             "tree_topk_acceptance", "speculative_token_tree")
     if s.tree_topk_acceptance is not None and tree.max_rank >= len(s.tree_topk_acceptance):

@@ -5,6 +5,13 @@ Format — one row per generated position:
   β = Σ_x min(p(x), q(x)) for the target's and draft's adjusted next-token distributions at that position.
   Extra columns (e.g. what the executor records beside β) are kept as they are. Rows are held sorted by
   (sequence_id, position).
+  Optional `rank` (int ≥ 0, or RANK_NONE = −1): at temperature 0, the rank of the target's token among the draft's
+  candidates at that position (0 = the draft's top-1; ties broken by token id, as argmax breaks them; −1 = not
+  among the candidates recorded). A token tree (`specsim.methods.tree`) is judged on it, so one trace serves
+  chains (β) and trees of every width (ranks). At temperature 0 both distributions are one-hot, so β = Σ min(p, q)
+  is 1 exactly when the draft's argmax is the target's token, i.e. rank 0: a trace whose metadata says
+  temperature 0 is refused where the two disagree (a trace without that key is not checked: above temperature 0
+  β and the rank are independent figures).
 
 Metadata — a JSON object that travels inside the file:
   parquet: the schema's key-value metadata, key b"specsim", value the JSON text;
@@ -23,7 +30,7 @@ Per-slot decay along the draft — metadata["slot_decay"] = r ∈ [0, 1] means: 
 Floats round-trip bit-exactly: CSV is written with repr (shortest round-trip form) and parsed exactly by pandas;
 parquet stores float64. Every input problem is a one-line ConfigError naming the file and the column or field.
 Types are strict (`specsim.inputs.tables`): sequence_id and position integers (not 1.0, true or "3" in parquet),
-beta a number (not true/false, blank, NaN or inf); a CSV cell is read as its literal.
+beta a number (not true/false, blank, NaN or inf), rank an integer >= −1; a CSV cell is read as its literal.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from specsim.inputs.files import input_file, output_file
 from specsim.inputs.tables import CsvTable, first_line, float_column, int_column, require_columns
 
 COLUMNS = ("sequence_id", "position", "beta")
+RANK = "rank"  # the optional column (see the module doc)
+RANK_NONE = -1  # rank sentinel: the target's token is not among the draft candidates recorded
 PARQUET_SUFFIXES = (".parquet", ".pq")
 CSV_SUFFIXES = (".csv",)
 METADATA_KEY = b"specsim"
@@ -70,12 +79,18 @@ class Trace:
         self._bounds = np.r_[starts, len(sid)]
         self._beta = self.frame["beta"].to_numpy(dtype=np.float64, copy=True)
         self._beta.flags.writeable = False
+        self._rank = None
+        if RANK in self.frame.columns:
+            self._rank = self.frame[RANK].to_numpy(dtype=np.int64, copy=True)
+            self._rank.flags.writeable = False
+            _check_greedy(self, where)
 
     # ---- construction -------------------------------------------------------------------------------------
     @classmethod
     def from_sequences(cls, betas: Sequence[Sequence[float]], metadata: dict | None = None,
-                       sequence_ids: Sequence[int] | None = None) -> Trace:
-        """Build a trace from one β array per sequence (ids 0, 1, … unless given)."""
+                       sequence_ids: Sequence[int] | None = None, ranks: Sequence[Sequence[int]] | None = None
+                       ) -> Trace:
+        """Build a trace from one β array per sequence (ids 0, 1, … unless given), and one rank array each."""
         arrays = [np.asarray(b, dtype=np.float64).ravel() for b in betas]
         ids = list(range(len(arrays))) if sequence_ids is None else [int(i) for i in sequence_ids]
         if len(ids) != len(arrays):
@@ -88,6 +103,12 @@ class Trace:
             else np.zeros(0, np.int64),
             "beta": np.concatenate(arrays) if arrays else np.zeros(0),
         })
+        if ranks is not None:
+            r = [np.asarray(x).ravel() for x in ranks]
+            if [len(x) for x in r] != lengths:
+                raise ConfigError("ranks and betas differ in shape", file=_IN_MEMORY, field=RANK,
+                                  allowed="one rank per β, sequence by sequence")
+            frame[RANK] = np.concatenate(r) if r else np.zeros(0, np.int64)
         return cls(frame, dict(metadata or {}))
 
     @classmethod
@@ -117,6 +138,16 @@ class Trace:
     def beta(self) -> np.ndarray:
         """All β values (read-only), sequences in sequence_id order, positions in order."""
         return self._beta
+
+    @property
+    def rank(self) -> np.ndarray | None:
+        """All ranks (read-only, in the order of `beta`; RANK_NONE = not among the candidates), or None."""
+        return self._rank
+
+    def rank_probabilities(self, n: int) -> np.ndarray:
+        """P(rank = r) over every position, r = 0 … n − 1 (the rest of the mass: higher ranks or RANK_NONE)."""
+        r = self._rank
+        return np.bincount(r[(r >= 0) & (r < n)], minlength=n)[:n] / float(len(r))
 
     @property
     def alpha(self) -> float:
@@ -174,7 +205,23 @@ def _typed(frame: pd.DataFrame, where: str, raw=None) -> pd.DataFrame:
     frame["sequence_id"] = int_column(frame["sequence_id"], "sequence_id", where, raw=raw)
     frame["position"] = int_column(frame["position"], "position", where, raw=raw)
     frame["beta"] = float_column(frame["beta"], "beta", where, lo=0.0, hi=1.0, raw=raw, finite=False)
+    if RANK in frame.columns:
+        frame[RANK] = int_column(frame[RANK], RANK, where, lo=RANK_NONE, raw=raw)
     return frame
+
+
+def _check_greedy(trace: Trace, where: str) -> None:
+    """At temperature 0 (metadata) β is 1 exactly where the rank is 0 (the module doc); refuse a disagreement."""
+    t = trace.metadata.get("temperature")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t != 0:
+        return
+    off = (trace._beta == 1.0) != (trace._rank == 0)
+    if off.any():
+        i = int(np.argmax(off))
+        sid, pos = (int(trace.frame[c].iat[i]) for c in ("sequence_id", "position"))
+        raise ConfigError(f"at temperature 0 rank 0 means beta 1 and back; sequence_id {sid}, position {pos} has "
+                          f"beta {float(trace._beta[i]):g} and rank {int(trace._rank[i])}", file=where, field=RANK,
+                          allowed="rank 0 exactly where beta is 1")
 
 
 def _validated(frame: pd.DataFrame, where: str) -> pd.DataFrame:

@@ -11,6 +11,7 @@ the generator's kind and parameters, and the seed.
   see `markov_chain` for the exact transition probabilities; each sequence starts in the stationary distribution.
 - `decay(alpha0, decay, ...)`: β_t = alpha0 everywhere plus metadata slot_decay = r, so draft slot k is accepted
   with probability alpha0·r^k (see `specsim.traces.format`).
+- `ranked(topk_acceptance, ...)`: a temperature-0 trace with a `rank` column (i.i.d. ranks), for token trees.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from specsim.errors import ConfigError, check_range
 from specsim.rng import TRACE_SYNTH, stream
-from specsim.traces.format import Trace
+from specsim.traces.format import RANK_NONE, Trace
 
 MAX_TOKENS = 100_000_000  # our choice: 800 MB of float64 β, the most a synthetic trace may allocate
 KINDS = ("iid", "beta", "markov", "decay")
@@ -164,6 +165,24 @@ def decay(alpha0: float, decay: float, n_sequences: int = 16, length: int = 256,
     betas = [np.full(L, float(alpha0)) for _ in range(n)]
     return _trace(betas, "decay", seed, {"alpha0": float(alpha0), "decay": float(decay), "n_sequences": n,
                                          "length": L}, slot_decay=float(decay))
+
+
+def ranked(topk_acceptance, n_sequences: int = 16, length: int = 256, seed: int = 0) -> Trace:
+    """A temperature-0 trace with ranks (`specsim.traces.format`): i.i.d. ranks with P(rank < k) =
+    topk_acceptance[k − 1] (the draft's top-k acceptance, Sequoia's "acceptance vector", Chen et al. 2024), the
+    rest of the mass RANK_NONE, and β = 1 exactly at rank 0 — what a token tree is judged on."""
+    v = np.asarray(topk_acceptance, dtype=float) if isinstance(topk_acceptance, (list, tuple)) else np.zeros(0)
+    if not v.size or not np.all(np.isfinite(v)) or v[0] < 0 or v[-1] > 1 or np.any(np.diff(v) < 0):
+        raise ConfigError("not a cumulative top-k acceptance", field="topk_acceptance", value=topk_acceptance,
+                          allowed="a non-decreasing list [P(rank < 1), P(rank < 2), ...] in [0, 1]")
+    n, L = _shape(n_sequences, length)
+    ranks = []
+    for i in range(n):
+        r = np.searchsorted(v, stream(seed, TRACE_SYNTH, i).random(L), side="right").astype(np.int64)
+        ranks.append(np.where(r >= v.size, RANK_NONE, r))
+    meta = {"source": "synthetic", "how_recorded": "specsim.traces.synth.ranked", "seed": int(seed), "temperature": 0,
+            "generator": {"kind": "ranked", "topk_acceptance": v.tolist(), "n_sequences": n, "length": L}}
+    return Trace.from_sequences([(r == 0).astype(np.float64) for r in ranks], meta, ranks=ranks)
 
 
 def synthesize(kind: str, alpha: float, *, n_sequences: int = 16, length: int = 256, seed: int = 0,
