@@ -28,7 +28,7 @@ from specsim.engine import engine_profiles
 from specsim.engine.acceptance import Acceptance
 from specsim.config import RuleViolation, SimConfig, field_of_loc, flag
 from specsim.errors import ConfigError
-from specsim.engine.metrics import Records, acceptance_metrics, latency_metrics, step_metrics
+from specsim.engine.metrics import Records, acceptance_metrics, latency_metrics, step_metrics, utilisation
 from specsim.engine.policies import make_policy
 from specsim.cost.steptime import StepCosts
 from specsim.engine.workload import Workload, build_workload
@@ -101,8 +101,9 @@ def simulate(cfg: SimConfig) -> SimResult:
         mem_spec.check_one(int(wl.prompt_len[worst]), int(wl.output_len[worst]))
     profile = engine_profiles.get(cfg.engine.engine_profile)
     spec, base, extra = profile.run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base)
-    summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem_spec)
-    summary.update(_cost_keys(cfg, dep, spec, base, summary))
+    util = [utilisation(r, peak_bw, peak_fl) for r in (spec, base)]  # per-step MBU, MFU: computed once
+    summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem_spec, util)
+    summary.update(_cost_keys(cfg, dep, spec, base, summary, util))
     summary["engine_profile"] = cfg.engine.engine_profile
     summary.update(_method_keys(cfg, costs))
     summary.update(extra)
@@ -115,7 +116,7 @@ def run(cfg: SimConfig) -> dict:
     return simulate(cfg).summary
 
 
-def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem) -> dict:
+def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem, util=(None, None)) -> dict:
     out: dict = {"alpha": acc.alpha, "alpha_trace_raw": acc.alpha_raw, "lenience": cfg.acceptance.lenience, "c": c,
                  "policy": cfg.speculation.policy,
                  "gamma": policy.reported_gamma, "mode": wl.mode,
@@ -124,9 +125,9 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
                                                                            else cfg.workload.batch))
     out.update(acceptance_metrics(spec))
     out.update(latency_metrics(spec, cfg.slo.slo_ttft_s, cfg.slo.slo_tpot_s))
-    out.update(step_metrics(spec, peak_bw, peak_fl))
+    out.update(step_metrics(spec, peak_bw, peak_fl, util[0]))
     b = latency_metrics(base, cfg.slo.slo_ttft_s, cfg.slo.slo_tpot_s)
-    b.update(step_metrics(base, peak_bw, peak_fl))
+    b.update(step_metrics(base, peak_bw, peak_fl, util[1]))
     for k, v in b.items():
         if k != "output_tokens":
             out[f"baseline_{k}"] = v
@@ -170,18 +171,18 @@ def _tree_closed_form(cfg, eq, out: dict):
     return eq._replace(eq1=tau, eq5=tau * float(eq.eq5) / float(eq.eq1), dist=setup.dist(), acceptance_rate=None)
 
 
-def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: dict) -> dict:
+def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: dict, util=(None, None)) -> dict:
     """J/token and $/Mtok of both runs (`specsim.cost.power`); None under fixed_c or without the figures."""
     from specsim.cost.power import per_token, run_energy_j, run_usd
 
     keys: dict = {}
     tp, replicas = cfg.deployment.tp, cfg.workload.replicas
-    for prefix, rec in (("", spec), ("baseline_", base)):
+    for prefix, rec, u in (("", spec, util[0]), ("baseline_", base, util[1])):
         wall, tokens = out[f"{prefix}walltime_s"], int(rec.output_len.sum())
         e = usd = None
         if dep is not None:
             e = run_energy_j(dep.hardware, tp, replicas, wall, rec.step_dur_s, rec.step_bytes, rec.step_flops,
-                             dep.peak_bytes_s, dep.peak_flops)
+                             dep.peak_bytes_s, dep.peak_flops, u)
             usd = run_usd(dep.hardware, tp, replicas, wall)
         keys[f"{prefix}energy_j_per_token"] = per_token(e, tokens)
         keys[f"{prefix}usd_per_mtok"] = per_token(usd, tokens, 1e6)

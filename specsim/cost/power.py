@@ -49,17 +49,23 @@ def chip_power_w(u, idle_w: float, tdp_w: float):
 
 
 def run_energy_j(hardware, tp: int, replicas: int, walltime_s: float, dur_s: np.ndarray, bytes_: np.ndarray,
-                 flops: np.ndarray, peak_bytes_s: float, peak_flops: float) -> float | None:
+                 flops: np.ndarray, peak_bytes_s: float, peak_flops: float, util=None) -> float | None:
     """Joules of a whole run (module docstring); None when the profile has no power figures, or when the steps
-    carry no bytes or FLOPs (step tables give times only, so their utilisation is unknown)."""
+    carry no bytes or FLOPs (step tables give times only, so their utilisation is unknown). `util`: the per-step
+    (MBU, MFU) arrays already computed for the same steps (`engine.metrics.utilisation`), the same values."""
     if hardware.tdp_w is None or hardware.idle_w is None:
         return None
     dur = np.asarray(dur_s, float)
     if dur.size and not (np.any(bytes_) or np.any(flops)):
         return None
     ok = dur > 0
-    u = step_utilisation(dur[ok], np.asarray(bytes_)[ok], np.asarray(flops)[ok], peak_bytes_s, peak_flops)
-    dynamic = (hardware.tdp_w - hardware.idle_w) * float(np.dot(u, dur[ok]))
+    if util is not None and ok.all():
+        # = step_utilisation(...) element for element; dot over a fresh copy, as dur[ok] is (BLAS sums by alignment)
+        u, dur_ok = np.minimum(1.0, util[0] + util[1]), dur.copy()
+    else:
+        u, dur_ok = step_utilisation(dur[ok], np.asarray(bytes_)[ok], np.asarray(flops)[ok], peak_bytes_s,
+                                     peak_flops), dur[ok]
+    dynamic = (hardware.tdp_w - hardware.idle_w) * float(np.dot(u, dur_ok))
     return tp * replicas * hardware.idle_w * walltime_s + tp * dynamic
 
 

@@ -185,13 +185,22 @@ def latency_metrics(rec: Records, slo_ttft_s: float, slo_tpot_s: float) -> dict:
     return out
 
 
-def step_metrics(rec: Records, peak_bytes_s: float | None, peak_flops: float | None) -> dict:
+def utilisation(rec: Records, peak_bytes_s: float | None, peak_flops: float | None):
+    """Per-step (MBU, MFU) arrays: bytes / (duration · peak bandwidth), FLOPs / (duration · peak); None without
+    peaks or steps. `step_metrics` averages them and `cost.power.run_energy_j` reuses them."""
+    if not peak_bytes_s or not rec.step_dur_s.size:
+        return None
+    return rec.step_bytes / (rec.step_dur_s * peak_bytes_s), rec.step_flops / (rec.step_dur_s * peak_flops)
+
+
+def step_metrics(rec: Records, peak_bytes_s: float | None, peak_flops: float | None, util=None) -> dict:
     out: dict = {"steps": int(rec.step_end_s.size)}
     out["batch_mean"] = float(rec.step_batch.mean()) if rec.step_batch.size else None
     out["batch_max"] = int(rec.step_batch.max()) if rec.step_batch.size else 0
     if peak_bytes_s and rec.step_dur_s.size:
-        out["mbu_mean"] = float(np.mean(rec.step_bytes / (rec.step_dur_s * peak_bytes_s)))
-        out["mfu_mean"] = float(np.mean(rec.step_flops / (rec.step_dur_s * peak_flops)))
+        mbu, mfu = util if util is not None else utilisation(rec, peak_bytes_s, peak_flops)
+        out["mbu_mean"] = float(np.mean(mbu))
+        out["mfu_mean"] = float(np.mean(mfu))
     else:
         out["mbu_mean"] = out["mfu_mean"] = None
     return out
