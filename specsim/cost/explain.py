@@ -59,16 +59,21 @@ def explain(target, draft, *, batch: int, gamma: int, alpha: float, context: int
     drafting = gamma * draft.pass_time_s(batch, 1, context) / t1
     tau = float(expected_tokens(alpha, gamma))
     s = tau / (drafting + verify) if speedup is None else float(speedup)
-    v_reason, v_detail = _verify_reason(target, batch, gamma, context, verify)
-    parts = [f"drafting γ·c = {gamma} × {drafting / gamma:.3g} = {drafting:.2f} decode steps",
-             f"verification {verify:.2f} decode steps ({v_reason}: {v_detail})"]
-    reason = "draft cost" if drafting >= verify - 1.0 else v_reason
+    return _why(drafting, f"drafting γ·c = {gamma} × {drafting / gamma:.3g} = {drafting:.2f} decode steps", verify,
+                _verify_reason(target, batch, gamma, context, verify), s,
+                f"at batch {batch}, γ={gamma}, α={alpha:.3g}", tau)
+
+
+def _why(drafting: float, drafting_text: str, verify: float, v: tuple[str, str], speedup: float, where: str,
+         tau: float) -> Why:
+    """The line: the larger of the two costs above one decode step names the reason, the other follows."""
+    parts = [drafting_text, f"verification {verify:.2f} decode steps ({v[0]}: {v[1]})"]
+    reason = "draft cost" if drafting >= verify - 1.0 else v[0]
     if reason != "draft cost":
         parts.reverse()
-    head = "speculation loses" if s < 1.0 else "speculation is limited"
-    line = (f"{head} ({s:.2f}× at batch {batch}, γ={gamma}, α={alpha:.3g}) by {reason}: {'; '.join(parts)}; "
-            f"each step yields τ = {tau:.2f} tokens")
-    return Why(speedup=s, reason=reason, line=line)
+    head = "speculation loses" if speedup < 1.0 else "speculation is limited"
+    line = f"{head} ({speedup:.2f}× {where}) by {reason}: {'; '.join(parts)}; each step yields τ = {tau:.2f} tokens"
+    return Why(speedup=float(speedup), reason=reason, line=line)
 
 
 def why_speculation_loses(target, draft, *, batch: int, gamma: int, alpha: float, context: int = 0) -> str | None:
@@ -89,14 +94,8 @@ def explain_step(costs, *, batch: int, gamma: int, context: float, tokens_per_st
     t1 = costs.plain_step(batch, float(ctx))[0]
     verify = target.pass_time_s(batch, positions, ctx) / t1
     drafting = costs.spec_step(batch, gamma, float(ctx))[0] / t1 - verify
-    v_reason, v_detail = _verify_reason(target, batch, positions - 1, ctx, verify)
-    parts = [f"drafting {drafting:.2f} decode steps ({costs.method.name if costs.method else 'draft_model'}, "
-             f"γ = {gamma}{f', a {tree.nodes}-node tree' if tree is not None else ''})",
-             f"verification {verify:.2f} decode steps ({v_reason}: {v_detail})"]
-    reason = "draft cost" if drafting >= verify - 1.0 else v_reason
-    if reason != "draft cost":
-        parts.reverse()
-    head = "speculation loses" if speedup < 1.0 else "speculation is limited"
-    line = (f"{head} ({speedup:.2f}× at batch {batch}, α={alpha:.3g}) by {reason}: {'; '.join(parts)}; each step "
-            f"yields τ = {tokens_per_step:.2f} tokens")
-    return Why(speedup=float(speedup), reason=reason, line=line)
+    what = f"{costs.method.name if costs.method else 'draft_model'}, γ = {gamma}" + \
+        (f", a {tree.nodes}-node tree" if tree is not None else "")
+    return _why(drafting, f"drafting {drafting:.2f} decode steps ({what})", verify,
+                _verify_reason(target, batch, positions - 1, ctx, verify), speedup,
+                f"at batch {batch}, α={alpha:.3g}", tokens_per_step)
