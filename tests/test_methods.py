@@ -31,16 +31,35 @@ def _dep(method, draft=None, **kw):
 
 
 def test_eagle3_head_pass_bytes_by_hand():
-    """batch 1, one position, context 0: one Llama layer (q/k/v on 2·d inputs) + fc 3d -> d + a 32k LM head, bf16,
-    plus the one new position's K and V of the head's single layer."""
+    """batch 1, one position, context 0: one pass = one Llama layer (q/k/v on 2·d inputs) + a 32k LM head, bf16,
+    plus the one new position's K and V of the head's single layer; the fc 3d -> d over the target's states runs
+    once per step (vLLM's combine_hidden_states), so a step of γ passes reads it once."""
     _, cm = _dep("eagle3").cost_models
     d, q, kv, ff = 4096, 4096, 1024, 14336
     layer = 2 * d * q + 2 * d * kv + 3 * d * ff + 2 * d  # attention (q, o, k, v) + gated FFN + two norms
-    params = layer + 3 * d * d + d * (q + 2 * kv) + 32000 * d
-    assert cm.pass_cost(1, 1, 0).bytes == 2 * params + 2 * 1 * kv * 2
-    assert cm.own_weight_bytes == 2 * params  # the embedding is the target's
+    per_pass = layer + d * (q + 2 * kv) + 32000 * d
+    fc = 3 * d * d
+    assert cm.pass_cost(1, 1, 0).bytes == 2 * per_pass + 2 * 1 * kv * 2
+    assert cm.step_once_cost(1)[1] == 2 * fc
+    assert cm.own_weight_bytes == 2 * (per_pass + fc)  # the embedding is the target's
     _, ideal = _dep("eagle3", stack="ideal").cost_models  # the idealized roofline: memory-bound at batch 1
-    assert ideal.pass_time_s(1, 1, 0) == pytest.approx((2 * params + 4 * kv) / ideal.hardware.bandwidth_bytes_s)
+    assert ideal.pass_time_s(1, 1, 0) == pytest.approx((2 * per_pass + 4 * kv) / ideal.hardware.bandwidth_bytes_s)
+    costs = StepCosts(*_dep("eagle3", stack="ideal").cost_models, method=methods.get("eagle3"), gamma=3)
+    target, head = costs.target, costs.draft
+    t, b, _ = costs.spec_step(1, 3, 0.0)
+    assert b == pytest.approx(target.pass_cost(1, 4, 0).bytes + 3 * head.pass_cost(1, 1, 1).bytes + 2 * fc)
+    vt, vb, _ = costs.spec_step_vec(np.array([3]), np.array([0.0]), np.array([0.0]))
+    assert (vt[0], vb[0]) == pytest.approx((t, b), rel=1e-12)
+    # eq. (5)'s c carries the step's fc share: (3 passes + the fc) / 3 per proposal
+    c = costs.derived_c(0)
+    want = (head.pass_time_s(1, 1, 0) + head.step_once_cost(1)[0] / 3) / target.pass_time_s(1, 1, 0)
+    assert c == pytest.approx(want, rel=1e-12)
+
+
+def test_mtp_projects_on_every_pass():
+    """MTP's projection reads cat(embedding, state) each pass (DeepSeek-V3 §2.2): nothing is paid once per step."""
+    _, cm = _dep("mtp").cost_models
+    assert cm.step_once_params == 0 and cm.step_once_cost(4) == (0.0, 0.0, 0.0)
 
 
 def test_mtp_head_reads_the_shared_lm_head_but_does_not_store_it():

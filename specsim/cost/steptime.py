@@ -111,8 +111,11 @@ class StepCosts:
         self.method = method  # a specsim.methods.Method; None = draft_model (γ passes per step)
         self.one_pass = bool(getattr(method, "one_pass", False))
         self.c_divisor = method.c_divisor(gamma) if method is not None else 1
+        self._gamma = int(gamma)
         self.catchup = bool(draft_catchup) and fixed_c is None  # under fixed_c a draft pass is c whatever its rows
         self.target, self.draft = target, draft
+        # a per-step cost beside the passes (EAGLE-3's projection: `methods.pricing.LayerHeadCost.step_once_cost`)
+        self._once_cost = getattr(draft, "step_once_cost", None) if getattr(draft, "step_once_params", 0) else None
         if fixed_c is None:
             self.enc_dec = target.model.architecture == "encoder-decoder"
             self.t, self.d = PassTable(target), PassTable(draft)
@@ -176,6 +179,9 @@ class StepCosts:
                 ct, cb, cf = self.catchup_extra(B, L, Xi)
                 w = K / B
                 t, b, f = t + w * ct, b + w * cb, f + w * cf
+            if self._once_cost is not None:
+                ot, ob, of = self._once_cost(B)
+                t, b, f = t + ot, b + ob, f + of
         return t, b, f
 
     def _tree_passes(self) -> tuple[int, ...]:
@@ -196,7 +202,9 @@ class StepCosts:
                                       tuple(sum(x[k] for x in drafts) for k in range(len(Segment._fields))))
         (t0, st, b0, sb, f0, sf), (dt0, dst, db0, dsb, df0, dsf) = seg
         d, d2 = L - i * CONTEXT_BUCKET, Ld - i2 * CONTEXT_BUCKET
-        return (t0 + d * st + dt0 + d2 * dst, b0 + d * sb + db0 + d2 * dsb, f0 + d * sf + df0 + d2 * dsf)
+        ot, ob, of = self._once_cost(B) if self._once_cost is not None else (0.0, 0.0, 0.0)
+        return (t0 + d * st + dt0 + d2 * dst + ot, b0 + d * sb + db0 + d2 * dsb + ob,
+                f0 + d * sf + df0 + d2 * dsf + of)
 
     def _tree_vec(self, G: int, L: np.ndarray, x: int):
         """`_tree_step` at batch 1 over many contexts (element by element the same sums)."""
@@ -204,6 +212,9 @@ class StepCosts:
         for f in self._tree_passes():
             dt, db, df = self.d.vec(f, L + (G - 1) / 2, x)
             tt, bb, ff = tt + dt, bb + db, ff + df
+        if self._once_cost is not None:
+            ot, ob, of = self._once_cost(1)
+            tt, bb, ff = tt + ot, bb + ob, ff + of
         return tt, bb, ff
 
     def catchup_extra(self, B: int, L: float, Xi: int):
@@ -245,6 +256,9 @@ class StepCosts:
                     dt, db, df = self.d.vec(1, L[m] + (int(g) - 1) / 2, int(x))
                     n = 1 if self.one_pass else int(g)  # draft passes this step (Method.passes)
                     tt, bb, ff = tt + n * dt, bb + n * db, ff + n * df
+                    if self._once_cost is not None:
+                        ot, ob, of = self._once_cost(1)
+                        tt, bb, ff = tt + ot, bb + ob, ff + of
                 t[m], b[m], f[m] = tt, bb, ff
         if self.catchup and K is not None and n and K.any():
             wide = (K > 0) & (G > 0)  # a step without draft passes (oracle γ = 0) has no pass to widen
@@ -263,10 +277,15 @@ class StepCosts:
     # --- c and memory ----------------------------------------------------------------------------------
     def derived_c(self, prompt_len: int, batch: int = 1) -> float:
         """c of these costs: fixed_c when set, else `roofline.cost_ratio_c` (the one definition) — per proposal:
-        a one-pass method's step pass serves γ tokens, so its c_eff is the pass's ratio / γ (`Method.c_divisor`)."""
+        a one-pass method's step pass serves γ tokens, so its c_eff is the pass's ratio / γ (`Method.c_divisor`);
+        a per-step cost (EAGLE-3's fc) adds its share, once-cost / γ, to each proposal's."""
         if self.fixed_c is not None:
             return float(self.fixed_c)
         c = cost_ratio_c(self.target, self.draft, prompt_len, batch)
+        if self._once_cost is not None:  # a per-step cost shared by the step's γ proposals (EAGLE-3's fc)
+            enc_dec = self.target.model.architecture == "encoder-decoder"
+            L, X = (0, prompt_len) if enc_dec else (prompt_len, 0)
+            c += self._once_cost(batch)[0] / max(1, self._gamma) / self.target.pass_time_s(batch, 1, L, X)
         return c / self.c_divisor if self.c_divisor != 1 else c
 
 

@@ -5,9 +5,9 @@ feature)) 2·d -> d, one decoder layer, the target's LM head. EAGLE-3 (Li et al.
 three target layers' states (3·d -> d), the layer's q/k/v read cat(embedding, hidden) (2·d), and an own LM head
 over a reduced draft vocabulary (32k for Llama 3). vLLM runs both as a chain (vllm/v1/spec_decode/eagle.py:
 `EagleProposer.propose` loops num_speculative_tokens passes of the head, each reading the head's own KV).
-Priced per proposal as layer + projection + LM head (`pricing.LayerHeadCost`). Simplification: vLLM applies
-EAGLE-3's fc only to the target's states (the first pass of a step); we charge it every pass, (γ − 1)·3d² weights
-more than vLLM reads (~12% of the 8B head's pass).
+Priced per proposal as layer (+ EAGLE-1's projection) + LM head (`pricing.LayerHeadCost`); EAGLE-3's fc runs once
+per step, on the target's states only (vLLM's combine_hidden_states before the proposer's loop), so a step pays
+it once (`LayerHeadCost.step_once_cost`, added by `StepCosts`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Each class has the interface `specsim.cost.steptime.StepCosts` and `Memory` read
 KV it holds itself: `own_weight_bytes`, `kv_bytes_per_token_per_chip`):
 - `LayerHeadCost` (EAGLE, EAGLE-3, MTP): the roofline `CostModel` of a stand-in profile holding the head's decoder
   layer(s) and its LM head (`tied_embeddings` = the head matrix counted once), plus what a Llama layer lacks — the
-  feature projection (k·d -> d) and the wider q/k/v input of EAGLE-3 (2·d). A shared LM head (MTP, EAGLE-1) is
+  feature projection (k·d -> d; EAGLE-3's once per step, `step_once_cost`) and the wider q/k/v input of EAGLE-3
+  (2·d). A shared LM head (MTP, EAGLE-1) is
   read every pass but not stored again. The head keeps its own KV (one layer per layer).
 - `MedusaCost` (Cai et al. 2024, §2.1.1: head k = W2_k · (SiLU(W1_k h) + h), W1 d×d, W2 d×V): K heads in one pass
   on the target's last hidden state; no KV, no attention, so its cost depends neither on γ nor on the context.
@@ -43,10 +44,27 @@ class LayerHeadCost(CostModel):
         stand_in = layer_profile(head)
         super().__init__(stand_in, hardware, stack, tp=tp)
         self.head = head
-        self.extra_params = extra_params(head)
+        # EAGLE-3's fc fuses the target's three layers' states once per step: vLLM's EagleProposer.propose applies
+        # combine_hidden_states to the target's hidden states before its loop, and every later pass feeds the
+        # head's own d-wide state (vllm/v1/spec_decode/eagle.py; llama_eagle3.py). EAGLE-1 and MTP project
+        # cat(embedding, feature) on every pass (EAGLE cnets.py; DeepSeek-V3 §2.2).
+        fc = head.fc_input_multiple * head.d_model * head.d_model
+        self.step_once_params = fc if head.method == "eagle3" else 0
+        self.extra_params = extra_params(head) - self.step_once_params
         lm = 0 if head.shares_lm_head else head.lm_head_vocab * head.d_model
-        own = stand_in.n_layers * stand_in.decoder_layer_params + self.extra_params + lm
+        own = stand_in.n_layers * stand_in.decoder_layer_params + extra_params(head) + lm
         self.own_weight_bytes = own * head.bytes_per_param  # all chips together, as ModelProfile.weight_bytes
+
+    def step_once_cost(self, batch: int) -> tuple[float, float, float]:
+        """(time, bytes, FLOPs) a step pays once whatever its passes: EAGLE-3's fc over the batch's target states,
+        on the roofline without a call of its own (it runs inside the step's first pass)."""
+        if not self.step_once_params:
+            return 0.0, 0.0, 0.0
+        b = self.step_once_params * self.head.bytes_per_param / self.tp
+        f = 2.0 * self.step_once_params * batch / self.tp
+        t_mem = b / (self._bw if batch < self.stack.multi_row_min_rows else self._bw_multi)
+        t_cmp = f / self._peak
+        return (max(t_mem, t_cmp) if self.stack.overlap == "max" else t_mem + t_cmp), b, f
 
     def pass_bytes(self, batch: int, positions: int, context: int, cross_context: int | None = None) -> float:
         return super().pass_bytes(batch, positions, context, cross_context) + \
