@@ -210,3 +210,25 @@ def test_cli_record_writes_the_rank_column(tmp_path, monkeypatch, capsys):
     assert code == 0 and json.loads(stdout)["rank"] is True
     tr = Trace.read(out)
     assert tr.rank is not None and ((tr.rank == 0) == (tr.beta == 1.0)).all()
+
+
+def test_trace_synth_ranked_and_stats_round_trip_the_topk_acceptance(tmp_path, capsys):
+    """`trace synth --kind ranked` writes a rank trace whose measured top-k acceptance (`trace stats`) is the one
+    asked for, within sampling error; bad vectors are one line."""
+    import json
+
+    from conftest import cli_capsys
+
+    out = tmp_path / "r.parquet"
+    code, _, err = cli_capsys(capsys, "trace", "synth", "--kind", "ranked", "--topk-acceptance", "[0.6, 0.75, 0.82]",
+                              "--sequences", "64", "--out", out, "--json")
+    assert code == 0, err
+    code, text, err = cli_capsys(capsys, "trace", "stats", out, "--json")
+    got = json.loads(text)["topk_acceptance"]
+    assert code == 0 and got[:3] == pytest.approx([0.6, 0.75, 0.82], abs=0.02) and got[3] == got[2]
+    for bad in ("[0.6, 0.5]", "[0.6", "[]"):
+        code, _, err = cli_capsys(capsys, "trace", "synth", "--kind", "ranked", "--topk-acceptance", bad, "--out", out)
+        assert code == 2 and "--topk-acceptance" in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = cli_capsys(capsys, "trace", "synth", "--kind", "iid", "--alpha", "0.6", "--topk-acceptance",
+                              "[0.6]", "--out", out)
+    assert code == 2 and "does not apply" in err

@@ -16,7 +16,7 @@ _APPLIES = {"--stretch": ("markov",), "--concentration": ("beta",), "--decay": (
 
 @trace_app.command("synth")
 def synth_cmd(
-    kind: str | None = typer.Option(None, "--kind", help="iid | beta | markov | decay (required)"),
+    kind: str | None = typer.Option(None, "--kind", help="iid | beta | markov | decay | ranked (required)"),
     alpha: float | None = typer.Option(None, "--alpha", help="mean β (for decay: β at draft slot 0) (required)"),
     stretch: float | None = typer.Option(None, "--stretch", help="markov: mean stretch length [20]"),
     concentration: float | None = typer.Option(None, "--concentration", help="beta: κ = a + b [20]"),
@@ -24,6 +24,9 @@ def synth_cmd(
     beta_easy: float | None = typer.Option(None, "--beta-easy", help="markov: β in easy stretches [0.95]"),
     beta_hard: float | None = typer.Option(None, "--beta-hard", help="markov: β in hard stretches [0.2]"),
     bernoulli: bool = typer.Option(False, "--bernoulli", help="iid/markov: draw β ∈ {0, 1} (like T = 0)"),
+    topk_acceptance: str | None = typer.Option(None, "--topk-acceptance", metavar="JSON", help="ranked: the "
+                                               "draft's cumulative top-k acceptance [P(rank < 1) = α, ...] "
+                                               "(required; --alpha, if given, must equal its first entry)"),
     sequences: int = typer.Option(16, "--sequences", help="number of sequences"),
     length: int = typer.Option(256, "--length", help="positions per sequence"),
     seed: int = typer.Option(0, "--seed"),
@@ -34,10 +37,13 @@ def synth_cmd(
     from specsim.traces import synth as trace_synth
 
     # required options are checked here, not by typer, so a missing one is a one-line ConfigError
-    for opt, value, allowed in (("--kind", kind, " | ".join(trace_synth.KINDS)), ("--alpha", alpha, "[0, 1]"),
+    kinds = " | ".join(trace_synth.KINDS + ("ranked",))
+    for opt, value, allowed in (("--kind", kind, kinds), ("--alpha", alpha if kind != "ranked" else 0.0, "[0, 1]"),
                                 ("--out", out, "a path ending in .parquet, .pq or .csv")):
         if value is None:
             raise ConfigError("missing option", field=opt, allowed=allowed)
+    if kind == "ranked" or topk_acceptance is not None:
+        return _synth_ranked(kind, alpha, topk_acceptance, sequences, length, seed, out, json_out)
     given = {"--stretch": stretch, "--concentration": concentration, "--decay": decay, "--beta-easy": beta_easy,
              "--beta-hard": beta_hard, "--bernoulli": bernoulli or None}
     from specsim.traces.format import check_trace_out
@@ -66,6 +72,42 @@ def synth_cmd(
            ("n_sequences", trace.n_sequences), ("seed", seed)])
 
 
+def _synth_ranked(kind, alpha, topk_text, sequences, length, seed, out, json_out) -> None:
+    """`--kind ranked`: a temperature-0 trace with ranks (`specsim.traces.synth.ranked`), for token trees."""
+    import json
+
+    from specsim.traces import synth as trace_synth
+    from specsim.traces.format import check_trace_out
+
+    if kind != "ranked":
+        raise ConfigError(f"option does not apply to --kind {kind}", field="--topk-acceptance", allowed="--kind ranked")
+    if topk_text is None:
+        raise ConfigError("missing option", field="--topk-acceptance", allowed="[P(rank < 1), P(rank < 2), ...]")
+    try:
+        v = json.loads(topk_text)
+    except ValueError:
+        raise ConfigError("not JSON", field="--topk-acceptance", value=topk_text, allowed="e.g. [0.7, 0.8, 0.85]") \
+            from None
+    if alpha is not None and isinstance(v, list) and v and v[0] != alpha:
+        raise ConfigError("--alpha is P(rank < 1), the first entry", field="--alpha", value=alpha,
+                          allowed=f"{v[0]} or leave it out")
+    check_trace_out(out, "--out")
+    try:
+        trace = trace_synth.ranked(v, n_sequences=sequences, length=length, seed=seed)
+    except ConfigError as e:
+        if e.field != "topk_acceptance":
+            raise
+        raise ConfigError(e.message, field="--topk-acceptance", value=e.value, allowed=e.allowed) from None
+    path = trace.write(out)
+    if json_out:
+        emit_json({"out": str(path), "kind": kind, "alpha": trace.alpha, "n_tokens": trace.n_tokens,
+                   "n_sequences": trace.n_sequences, "metadata": trace.metadata})
+        return
+    table(f"Synthetic ranked trace → {path}", ["name", "value"],
+          [("kind", kind), ("alpha (measured)", trace.alpha), ("n_tokens", trace.n_tokens),
+           ("n_sequences", trace.n_sequences), ("seed", seed)])
+
+
 @trace_app.command("stats")
 def stats_cmd(
     file: str = typer.Argument(..., help="trace file (.parquet, .pq or .csv)"),
@@ -86,7 +128,9 @@ def stats_cmd(
            (f"tokens per target run (γ={gamma})", s["tokens_per_target_run"]),
            ("  eq. (1), i.i.d. β", s["tokens_per_target_run_eq1"]),
            ("mean run length", s["mean_run_length"]), ("  i.i.d. (geometric)", s["mean_run_length_iid"]),
-           ("clustering index", s["clustering_index"])],
+           ("clustering index", s["clustering_index"])]
+          + ([("top-k acceptance P(rank < k), k = 1…", ", ".join(f"{x:.3f}" for x in s["topk_acceptance"]))]
+             if s["topk_acceptance"] is not None else []),
           caption=", ".join(f"{k}={v}" for k, v in sorted(s["metadata"].items()) if not isinstance(v, dict)))
     table("Acceptance by draft slot", ["slot k", "P(accept | reached)"],
           list(enumerate(s["acceptance_by_position"])))

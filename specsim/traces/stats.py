@@ -148,5 +148,17 @@ def summarize(trace: Trace, gamma: int = 4, max_lag: int = 10) -> dict:
         "mean_run_length": observed,
         "mean_run_length_iid": iid,
         "clustering_index": observed / iid if iid > 0 else float("nan"),
+        "topk_acceptance": topk_acceptance(trace),
         "metadata": trace.metadata,
     }
+
+
+TOPK_SHOWN = 8  # our choice: shipped trees branch on at most the top 4-8 candidates (EAGLE, Medusa, Sequoia)
+
+
+def topk_acceptance(trace: Trace, k: int = TOPK_SHOWN) -> list[float] | None:
+    """The measured cumulative top-k acceptance [P(rank < 1), ..., P(rank < k)] of a trace with ranks (None
+    without): what `--tree-topk-acceptance` takes, so a trace's measured rank model can drive i.i.d. trees."""
+    if trace.rank is None:
+        return None
+    return [float(x) for x in np.cumsum(trace.rank_probabilities(k))]
