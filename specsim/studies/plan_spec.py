@@ -18,8 +18,9 @@ A plan is a TOML file:
     rates = [1, 2, 4, 8, 16, 32, 64]   # Poisson request rates, req/s (leave out with fixed.arrivals_csv)
     gammas = [3, 5]                    # speculative candidates with a fixed γ ...
     policies = []                      # ... and γ policies ("bands", "heuristic", "optimal")
-    drafts = []                        # optional: "NAME:ALPHA" drafts, each tried with every γ and policy
-                                       #   (default: fixed.draft at fixed.alpha)
+    drafts = []                        # optional: "NAME:ALPHA" drafts, each tried with every γ and policy;
+                                       #   NAME a draft model or a head (eagle3-llama-3.1-8b, mtp-..., ngram:
+                                       #   its method follows), default fixed.draft at fixed.alpha
     max_replicas = 64                  # the search refuses to look further
     duration_s = 60                    # arrival window per point: requests = max(min_requests, ⌈rate·duration⌉)
     min_requests = 200
