@@ -25,6 +25,9 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
     hw = [prof.hardware(n) for n in prof.list_names(prof.HARDWARE_DIR)]
     st = [prof.stack(n) for n in prof.list_names(prof.STACK_DIR)]
     ms = [prof.model(n) for n in prof.list_names(prof.MODEL_DIR)]
+    from specsim.methods import heads
+
+    hs = [heads.head(n) for n in heads.head_names()]
     if json_out:
         emit_json({
             "hardware": [{"name": h.name, "kind": h.kind, "peak_tflops": h.peak_tflops,
@@ -39,6 +42,8 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
                         "experts_per_token": m.experts_per_token,
                         "n_layers": m.n_layers, "d_model": m.d_model, "kv_bytes_per_token": m.kv_bytes_per_token,
                         "dtype": m.dtype} for m in ms],
+            "heads": [{"name": h.name, "method": h.method, "target": h.target, "description": h.description}
+                      for h in hs],
         })
         return
     table("Hardware profiles", ["name", "kind", "bf16 TFLOP/s", "HBM GB/s", "memory GB", "link GB/s", "stack"],
@@ -53,6 +58,8 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
             f"{m.published_params / 1e9:.3f} B" if m.published_params else "",
             f"{m.active_params / 1e9:.3f} B, {m.experts_per_token} of {m.n_experts}" if m.is_moe else "",
             m.n_layers, m.d_model, m.kv_bytes_per_token / 1024) for m in ms])
+    table("Proposer heads (model_profiles/heads/; --method, or --draft NAME)", ["name", "kind", "target", "what"],
+          [(h.name, h.method, h.target, h.description) for h in hs])
 
 
 def theory_cmd(
