@@ -156,7 +156,10 @@ def worth_speculating(alpha, c):
     return helps_gamma1(alpha, c)
 
 
-def optimal_gamma(alpha, c, gamma_max: int = 64):
+GAMMA_MAX = 64  # = specsim.engine.acceptance.GAMMA_CAP, the simulator's one γ cap (tests/test_theory.py holds them equal)
+
+
+def optimal_gamma(alpha, c, gamma_max: int = GAMMA_MAX):
     """The integer γ in [1, gamma_max] maximizing eq. (5); ties (equal floats) go to the smaller γ.
 
     Always ≥ 1, even when no γ helps (see `worth_speculating`). With c = 0 eq. (5) grows with γ without bound, so

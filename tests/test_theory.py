@@ -309,3 +309,10 @@ def test_bad_value_reported_as_given():
     with pytest.raises(ConfigError) as exc:
         th.speedup(np.array([0.5, 1.5, 2.0]), 1, 0.1)
     assert exc.value.value == 1.5
+
+
+def test_theory_and_the_engine_share_one_gamma_cap():
+    from specsim.engine.acceptance import GAMMA_CAP
+    from specsim.theory import GAMMA_MAX
+
+    assert GAMMA_MAX == GAMMA_CAP

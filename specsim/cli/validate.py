@@ -14,6 +14,7 @@ import typer
 from specsim.cli import options as o
 from specsim.cli.output import emit_json, table
 from specsim.cli.parse import int_list as _ints
+from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError
 from specsim.profiles.deployment import load_profile, resolve_stack
 
@@ -133,7 +134,7 @@ def validate_cmd(
     target: str = o.TARGET,
     draft: str = o.DRAFT,
     prompts: str = typer.Option(..., "--prompts", help="prompts file (.txt one per line, .jsonl, .json)"),
-    gamma: int = typer.Option(3, "--gamma", min=1, max=64, help="draft length γ"),
+    gamma: int = typer.Option(3, "--gamma", min=1, max=GAMMA_CAP, help="draft length γ"),
     temperature: float = o.temperature(0.0, "0 = argmax (the replay is then exact)"),
     max_new_tokens: int = o.max_new_tokens(32),
     hardware: str = typer.Option("cpu-2core", "--hardware", help="hardware profile of this machine"),
@@ -200,8 +201,8 @@ def _validate_tables(res: dict, tgt: str, dft: str, gamma: int, temperature: flo
 
 
 def _gamma_list(text: str) -> list[int]:
-    """--predict-gammas: '' (none), '1-6' or '1,2,4' → sorted distinct γ in 1..64."""
-    return _ints(text, "--predict-gammas", 1, 64) if text.strip() else []
+    """--predict-gammas: '' (none), '1-6' or '1,2,4' → sorted distinct γ in 1..GAMMA_CAP."""
+    return _ints(text, "--predict-gammas", 1, GAMMA_CAP) if text.strip() else []
 
 
 def register(app: typer.Typer) -> None:

@@ -279,7 +279,6 @@ def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], 
     `_measured_summary`; trace: the β trace recorded on the same prompts (one sequence per prompt); gammas: also
     predict these γ (`predict_gammas`, in each mode's "gamma_sweep")."""
     from specsim.cost.calibrate import fit_stack, points_from_rows
-    from specsim.cost.roofline import CostModel
     from specsim.cost.measured import MeasuredCosts
 
     t_rows, d_rows = grid["target"], grid["draft"]
@@ -297,8 +296,10 @@ def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], 
            "calibration_points": fits["calibrated"].rows() if fits else None, "grid": grid}
     for m in FITTED_MODES:  # calibration, calibration_multi_row, calibration_serial: the fits' summaries
         out["calibration" + m.removeprefix("calibrated")] = fits[m].summary() if fits else None
-    modes = {"calibrated": (CostModel(target_profile, hardware, st),
-                            CostModel(draft_profile, hardware, st) if draft_profile is not None else meas_d)}
+    from specsim.profiles.deployment import Deployment  # the one place a setup becomes cost models
+
+    dep = Deployment(hardware, st, target_profile, draft_profile)
+    modes = {"calibrated": dep.cost_models if draft_profile is not None else (dep.cost_models[0], meas_d)}
     for m, f in fits.items():
         if m != "calibrated":
             modes[m] = (f.cost_model(target_profile, hardware),
