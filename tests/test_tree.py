@@ -181,3 +181,28 @@ def test_a_lookup_method_has_no_tree(capsys):
     code, _, err = cli_capsys(capsys, "simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--alpha",
                               "0.7", "--method", "ngram", "--speculative-token-tree", "[[0]]")
     assert code == 2 and "no candidates to branch on" in err
+
+
+def test_choose_draft_takes_a_tree_candidate(capsys):
+    """A tree candidate in --speculative-config gets the same rows as a chain (speedup, eq. (5), bands, break-even),
+    its γ fixed at the tree's depth."""
+    import json
+
+    chain = '{"method": "eagle3", "alpha": 0.7}'
+    tree = ('{"method": "eagle3", "alpha": 0.7, "speculative_token_tree": "{\\"widths\\": [3, 2, 1]}", '
+            '"tree_topk_acceptance": [0.7, 0.8, 0.85]}')
+    code, out, err = cli_capsys(capsys, "choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b",
+                                "--speculative-config", chain, "--speculative-config", tree, "--batch", "1,64,256",
+                                "--json")
+    assert code == 0, err
+    rows = {r["draft"]: r for r in json.loads(out)["drafts"]}
+    t = rows["eagle3-llama-3.1-8b (15-node tree)"]
+    assert t["tree_nodes"] == 15 and all(p["best_gamma"] == 3 for p in t["points"])
+    assert {b["gamma"] for b in t["bands"]} <= {0, 3}
+    assert t["points"][0]["best_speedup"] > rows["eagle3-llama-3.1-8b"]["points"][0]["best_speedup"]
+    assert t["break_even"] is not None and t["break_even"] <= 256  # 16 verified positions: compute-bound early
+    for bad, words in (('{"method": "eagle3", "alpha": 0.7, "speculative_token_tree": "[[0],[1]]"}', "top-k"),
+                       ('{"method": "eagle3", "alpha": 0.7, "tree_topk_acceptance": [0.7]}', "belongs to a tree")):
+        code, _, err = cli_capsys(capsys, "choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b",
+                                  "--speculative-config", bad, "--batch", "1")
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err

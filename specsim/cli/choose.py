@@ -90,7 +90,7 @@ def _method_candidate(text: str, target: str):
     from specsim.methods.spec_config import FLAG, parse
     from specsim.studies.choose import parse_draft
 
-    spec = parse(text, extra_keys=("alpha", "trace"))
+    spec = parse(text, extra_keys=("alpha", "trace", "tree_topk_acceptance"))
     if "gamma" in spec:
         raise ConfigError("choose-draft searches γ; drop num_speculative_tokens (use --gamma-max)",
                           field=f"{FLAG}.num_speculative_tokens", value=spec["gamma"], allowed="no such key here")
@@ -105,7 +105,19 @@ def _method_candidate(text: str, target: str):
     if d.method != spec["method"]:
         raise ConfigError(f"{model!r} serves method {d.method}", field=f"{FLAG}.model", value=model,
                           allowed=f"a model or head of method {spec['method']}")
-    return replace(d, text=text, method=spec["method"], draft_tp=spec.get("draft_tp"))
+    topk = spec.get("tree_topk_acceptance")
+    if topk is not None and "speculative_token_tree" not in spec:
+        raise ConfigError("belongs to a tree: give speculative_token_tree", field=f"{FLAG}.tree_topk_acceptance",
+                          value=topk)
+    d = replace(d, text=text, method=spec["method"], draft_tp=spec.get("draft_tp"),
+                tree=spec.get("speculative_token_tree"), tree_topk=None if topk is None else tuple(topk))
+    if d.tree is not None:
+        from specsim.simulate import make_config
+
+        kw = dict(hardware="h100-sxm", target=target, draft=d.model, method=d.method, speculative_token_tree=d.tree,
+                  tree_topk_acceptance=d.tree_topk, alpha=d.alpha if d.trace is None else None, trace=d.trace)
+        make_config(**kw)  # the tree's rules, checked now: one line naming the field
+    return d
 
 
 def _print_human(res: dict) -> None:

@@ -50,6 +50,16 @@ class DraftSpec:
     trace: str | None = None  # β trace path when α came from a trace
     method: str = "draft_model"  # the speculation method (specsim.methods): a head profile's own, or the config's
     draft_tp: int | None = None  # the draft's TP degree (vLLM's draft_tensor_parallel_size); None = the target's
+    tree: str | None = None  # a token tree (speculative_token_tree): its depth is γ, so no γ is searched
+    tree_topk: tuple | None = None  # its tree_topk_acceptance
+
+    def tree_nodes(self) -> int:
+        """Verified positions beyond the root: the tree's nodes (0 without a tree)."""
+        if self.tree is None:
+            return 0
+        from specsim.methods.tree_config import _setup
+
+        return _setup(self.tree, self.tree_topk, None if self.trace else self.alpha).tree.nodes
 
 
 def parse_draft(text: str) -> DraftSpec:
@@ -141,8 +151,12 @@ def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int
     from specsim.simulate import make_config, run
 
     by_gamma = []
-    for g in range(1, gamma_max + 1):
-        kw = dict(base, draft=spec.model, gamma=g, method=spec.method, draft_tp=spec.draft_tp)
+    for g in ([None] if spec.tree is not None else range(1, gamma_max + 1)):  # a tree's depth is its one γ
+        kw = dict(base, draft=spec.model, method=spec.method, draft_tp=spec.draft_tp)
+        if g is None:
+            kw.update(speculative_token_tree=spec.tree, tree_topk_acceptance=spec.tree_topk)
+        else:
+            kw["gamma"] = g
         kw.update(alpha=spec.alpha if spec.trace is None else None, trace=spec.trace)
         kw.update(batch=int(load)) if kind == "batch" else kw.update(rate=float(load))
         r = run(make_config(**kw))
@@ -153,8 +167,9 @@ def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int
         ok &= s > 1.0  # never let the tolerance switch a speedup into a slowdown
     i = int(np.flatnonzero(ok)[0])
     best = by_gamma[i]
-    rec = i + 1 if s[i] > 1.0 else 0
-    return {"load": load, "fits": True, "best_gamma": i + 1, "best_speedup": float(s[i]),
+    g_best = int(best["gamma"])
+    rec = g_best if s[i] > 1.0 else 0
+    return {"load": load, "fits": True, "best_gamma": g_best, "best_speedup": float(s[i]),
             "recommended_gamma": rec, "realized_speedup": float(s.max()) if rec else 1.0,
             "max_speedup": float(s.max()), "speedup_eq5_at_best": best["speedup_eq5"],
             "tokens_per_target_run": best["tokens_per_target_run"],
@@ -242,7 +257,7 @@ def _checked_inputs(drafts, gamma_max, tp) -> list:
 
 def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, requests, progress) -> dict:
     """One draft's points over the loads (a load that does not fit is a point marked so), bands and break-even."""
-    mem = _memory(dep, gamma_max, prompt_len, output_len)
+    mem = _memory(dep, max(gamma_max, spec.tree_nodes()), prompt_len, output_len)  # a tree writes nodes + 1
     points, lines = [], []
     for load in loads:
         need = int(load) if kind == "batch" else 1
@@ -257,7 +272,9 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
                                       load, gamma_max))
     sims = [p for p in points if p["fits"]]
     below = [p["load"] for p in sims if p["max_speedup"] < 1.0]
-    row = {"draft": spec.model, "method": spec.method, "spec": spec.text, "alpha": spec.alpha, "trace": spec.trace,
+    name = spec.model if spec.tree is None else f"{spec.model} ({spec.tree_nodes()}-node tree)"
+    row = {"draft": name, "method": spec.method, "spec": spec.text, "alpha": spec.alpha, "trace": spec.trace,
+           **({"tree": spec.tree, "tree_nodes": spec.tree_nodes()} if spec.tree is not None else {}),
            "alpha_source": "trace" if spec.trace else "given", "memory": dict(mem, fits=not lines,
                                                                               message=lines[0] if lines else None),
            "fits": bool(sims), "points": points,
