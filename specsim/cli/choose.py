@@ -72,7 +72,7 @@ def choose_draft_cmd(
                            ("--gamma-max", gamma_max, 1, GAMMA_CAP), ("--tp", tp, 1, 1024)):
         if v is not None:
             check_range(opt, v, lo=lo, hi=hi)
-    candidates = list(draft or []) + [_method_candidate(t, target) for t in speculative_config or []]
+    candidates = list(draft or []) + [_method_candidate(t, target, hardware) for t in speculative_config or []]
     res = choose_draft(hardware, target, candidates, batches=_parse_list(batch, "--batch", _int),
                        rates=_parse_list(rate, "--rate", float), gamma_max=gamma_max, tp=tp, stack=stack,
                        prompt_len=prompt_len, output_len=output_len, requests=requests, seed=seed)
@@ -82,7 +82,7 @@ def choose_draft_cmd(
     _print_human(res)
 
 
-def _method_candidate(text: str, target: str):
+def _method_candidate(text: str, target: str, hardware: str):
     """A `--speculative-config` candidate: vLLM's keys (`specsim.methods.spec_config`) + "alpha" or "trace"."""
     from dataclasses import replace
 
@@ -114,7 +114,7 @@ def _method_candidate(text: str, target: str):
     if d.tree is not None:
         from specsim.simulate import make_config
 
-        kw = dict(hardware="h100-sxm", target=target, draft=d.model, method=d.method, speculative_token_tree=d.tree,
+        kw = dict(hardware=hardware, target=target, draft=d.model, method=d.method, speculative_token_tree=d.tree,
                   tree_topk_acceptance=d.tree_topk, alpha=d.alpha if d.trace is None else None, trace=d.trace)
         make_config(**kw)  # the tree's rules, checked now: one line naming the field
     return d
