@@ -224,3 +224,30 @@ def test_a_plan_runs_on_a_dask_cluster_with_the_local_answer(planned, tmp_path):
                                   silence_logs=40) as cluster:
         remote = run_plan(plan, tmp_path / "dask", scheduler=cluster.scheduler_address, progress=False)
     assert remote.rows == report.rows and remote.rounds == report.rounds
+
+
+def test_a_draft_that_does_not_fit_leaves_the_baseline_answer_intact(tmp_path):
+    """Plain decoding does not depend on the draft: when the first candidate's run cannot be made (its draft does
+    not fit beside the target), the baseline is read from a weightless n-gram run, and only speculation says
+    'does not fit'."""
+    text = PLAN.replace('"llama-3.1-8b"', '"llama-3.1-70b"').replace('draft = "llama-3.2-1b"',
+                                                                     'draft = "llama-3.1-70b"')
+    text = text.replace('hardware = "h100-sxm"', 'hardware = "h200"\ntp = 2').replace("rates = [2, 32]", "rates = [2]")
+    text = text.replace("tpot_p90_s = 0.012", "tpot_p90_s = 0.1")
+    report = run_plan(_write(tmp_path, text), tmp_path / "out", workers=1, progress=False)
+    (row,) = report.rows
+    assert row["replicas_baseline"] == 1 and row["why_not_baseline"] is None
+    assert row["replicas_spec"] is None and "does not fit" in row["why_not"]
+    plan = load_plan(tmp_path / "plan.toml")
+    direct = run(plan.config(plan.options[0], 2, 2.0, BASELINE, 1, fallback=True))
+    assert row["tpot_p90_s_baseline"] == direct["baseline_tpot_p90_s"]
+
+
+def test_the_fallback_run_has_the_same_baseline(planned):
+    """What the fallback rests on: the paired baseline of an n-gram run equals the draft-model run's, key by key."""
+    plan, _, _ = planned
+    o = plan.options[0]
+    a = run(plan.config(o, 1, 32.0, BASELINE, 2))
+    b = run(plan.config(o, 1, 32.0, BASELINE, 2, fallback=True))
+    keys = [k for k in a if k.startswith("baseline_")]
+    assert len(keys) > 20 and {k: a[k] for k in keys} == {k: b[k] for k in keys}

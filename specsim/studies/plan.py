@@ -47,6 +47,7 @@ class Search:
     hi: int | None = None  # the smallest seen to meet them all
     infeasible: str | None = None
     monotone: bool = True  # False once a probe met the SLOs below one that missed them
+    fallback: bool = False  # the baseline is read from an n-gram run (the first candidate's run failed)
     rows: dict = field(default_factory=dict)  # replicas -> the point's result row
 
     def next_probe(self, max_replicas: int) -> int | None:
@@ -60,6 +61,9 @@ class Search:
         return None if self.hi - self.lo <= 1 else (self.lo + self.hi) // 2
 
     def record(self, replicas: int, row: dict, slo: dict) -> None:
+        if row.get("error") and self.cand.policy is None and not self.fallback:
+            self.fallback = True  # its draft, not plain decoding, failed: probe the same count again (PlanSpec.config)
+            return
         self.rows[replicas] = row
         if row.get("error"):
             self.infeasible = str(row["error"])
@@ -110,7 +114,7 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
             break
         configs = {}
         for s, r in probes:
-            cfg = plan.config(s.option, s.tp, s.rate, s.cand, r)
+            cfg = plan.config(s.option, s.tp, s.rate, s.cand, r, s.fallback)
             configs.setdefault(canonical_json(cfg), cfg)
         todo = [c for key, c in configs.items() if key not in seen]
         if progress:
@@ -120,7 +124,7 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
             seen.update(zip((canonical_json(c) for c in todo), rows))
             notes += round_notes
         for s, r in probes:
-            s.record(r, seen[canonical_json(plan.config(s.option, s.tp, s.rate, s.cand, r))], plan.slo)
+            s.record(r, seen[canonical_json(plan.config(s.option, s.tp, s.rate, s.cand, r, s.fallback))], plan.slo)
     else:
         raise SpecsimError(f"plan did not converge in {MAX_ROUNDS} rounds")
     rows = summary_rows(plan, searches)

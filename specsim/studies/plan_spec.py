@@ -103,14 +103,22 @@ class PlanSpec:
     def requests(self, rate: float | None) -> int | None:
         return None if rate is None else max(self.min_requests, math.ceil(rate * self.duration_s))
 
-    def config(self, option: Option, tp: int, rate: float | None, cand: Candidate, replicas: int) -> SimConfig:
-        """The simulation point of one probe; the baseline is read from the first candidate's run."""
+    def config(self, option: Option, tp: int, rate: float | None, cand: Candidate, replicas: int,
+               fallback: bool = False) -> SimConfig:
+        """The simulation point of one probe. The baseline is read from the first candidate's run (plain decoding
+        does not depend on the draft); with `fallback`, when that run cannot be made (its draft does not fit beside
+        the target), from a run whose proposer holds no weights and no KV (n-gram), whose baseline is the same."""
         c = cand if cand.policy is not None else self.candidates[0]
         d = {**self.fixed, **option.fields, "tp": tp, "replicas": replicas, "policy": c.policy}
         if c.gamma is not None:
             d["gamma"] = c.gamma
         if c.draft is not None:
             d["draft"], d["alpha"] = c.draft
+        if fallback and cand.policy is None:
+            for k in ("speculative_config", "speculative_token_tree", "tree_topk_acceptance", "draft_tp",
+                      "draft_kv_budget_tokens", "measured_draft", "draft_catchup"):
+                d.pop(k, None)
+            d.update(draft="ngram", method="ngram", policy="fixed")
         if rate is not None:
             d.update(rate=rate, requests=self.requests(rate))
         return SimConfig.model_validate(d)
