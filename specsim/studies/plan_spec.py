@@ -47,7 +47,7 @@ from specsim.engine.metrics import PCTS
 from specsim.errors import ConfigError
 from specsim.sweep.checks import _point_error, check_files_and_profiles
 from specsim.sweep.spec import _resolve_path, read_spec_file
-from specsim.sweep.values import check_string, check_value, shown
+from specsim.sweep.values import check_string, check_value, is_sequence, shown
 
 _TOP_KEYS = {"name", "description", "fixed", "option", "search", "slo"}
 _OPTION_KEYS = set(FLAT_FIELDS) | {"name"}
@@ -170,7 +170,7 @@ def _fields(table: dict, where: str, path: Path, extra: tuple[str, ...] = ()) ->
         if key in PLAN_SETS:
             raise ConfigError("the plan sets this field itself", file=path, field=f"{where}.{key}", value=shown(v),
                               allowed=f"leave out {', '.join(PLAN_SETS)} ([search] sets rates, γ and policies)")
-        if isinstance(v, (list, dict)):
+        if isinstance(v, dict) or (isinstance(v, list) and not is_sequence(key)):
             raise ConfigError("must be a scalar", file=path, field=f"{where}.{key}", value=shown(v))
         check_value(key, v, file=path, where=f"{where}.{key}")
         out[key] = _resolve_path(key, v, base)

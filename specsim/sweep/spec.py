@@ -44,7 +44,7 @@ from specsim.config import FLAT_FIELDS, SimConfig
 from specsim.errors import ConfigError
 from specsim.sweep.checks import PATH_FIELDS, check_files_and_profiles, check_points, digests_of, grid_key
 from specsim.sweep.grid import Grid, canonical_json, ids_of, point_id, points_of, source_label  # noqa: F401
-from specsim.sweep.values import check_string, check_value, shown
+from specsim.sweep.values import check_string, check_value, is_sequence, shown
 
 DEFAULT_POINT_FN = "specsim.simulate:run"
 MAX_POINTS = 5_000_000
@@ -202,7 +202,7 @@ def _check_shapes(fixed: dict, grid: dict, path: Path) -> None:
             if key not in FLAT_FIELDS:
                 raise ConfigError("unknown field", file=path, field=shown(where), allowed=", ".join(_FIELDS))
             if section == "fixed":
-                if isinstance(v, (list, dict)):
+                if isinstance(v, dict) or (isinstance(v, list) and not is_sequence(key)):
                     raise ConfigError("fixed values must be scalars (put lists in [grid])", file=path,
                                       field=where, value=shown(v))
                 check_value(key, v, file=path, where=where)
@@ -212,7 +212,7 @@ def _check_shapes(fixed: dict, grid: dict, path: Path) -> None:
                                   file=path, field=where, value=shown(v))
             if not v:
                 raise ConfigError("empty grid axis: the sweep would have no points", file=path, field=where)
-            if any(isinstance(x, (list, dict)) for x in v):
+            if any(isinstance(x, dict) or (isinstance(x, list) and not is_sequence(key)) for x in v):
                 raise ConfigError("grid values must be scalars", file=path, field=where, value=shown(v))
             for x in v:
                 check_value(key, x, file=path, where=where)
@@ -226,7 +226,7 @@ def _check_shapes(fixed: dict, grid: dict, path: Path) -> None:
 def _first_duplicate(values: list) -> Any:
     seen = set()
     for v in values:
-        k = (type(v) is bool, v)
+        k = (type(v) is bool, json.dumps(v) if isinstance(v, list) else v)
         if k in seen:
             return v
         seen.add(k)

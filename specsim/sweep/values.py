@@ -37,6 +37,8 @@ class Rule:
             return ", ".join(map(str, self.choices))
         if self.kind == "str":
             return f"a string of at most {MAX_STRING} characters, no NUL"
+        if self.kind == "seq":
+            return "a list " + ("of numbers" if self.choices[0] == (float, ...) else "like the field's help says")
         if self.kind not in ("int", "float"):
             return None
         noun = "an integer" if self.kind == "int" else "a number"
@@ -62,6 +64,8 @@ def rule(field: str) -> Rule:
     if len(args) != 1:
         return Rule("any")
     a = args[0]
+    if typing.get_origin(a) is tuple:
+        return Rule("seq", choices=(_shape(a),))
     if typing.get_origin(a) is typing.Literal:
         return Rule("choice", choices=typing.get_args(a))
     if a not in (bool, int, float, str):
@@ -78,6 +82,36 @@ def rule(field: str) -> Rule:
                 else:
                     hi, hi_open = v, is_open
     return Rule(a.__name__, lo=lo, lo_open=lo_open, hi=hi, hi_open=hi_open)
+
+
+def _shape(ann) -> Any:
+    """A tuple annotation as nested element types: tuple[float, ...] -> (float, ...); tuple[tuple[int, int,
+    int], ...] -> ((int, int, int), ...)."""
+    if typing.get_origin(ann) is not tuple:
+        return ann
+    args = typing.get_args(ann)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return (_shape(args[0]), ...)
+    return tuple(_shape(x) for x in args)
+
+
+def _seq_problem(shape, v: Any) -> str | None:
+    """Strictly a nested list of the shape's numbers (no bools, strings, nan or inf)."""
+    if not isinstance(shape, tuple):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (shape is int and type(v) is not int):
+            return f"must hold {'integers' if shape is int else 'numbers'}"
+        return "must be finite" if isinstance(v, float) and not math.isfinite(v) else None
+    if not isinstance(v, list) or not v:
+        return "must be a non-empty list"
+    elems = [shape[0]] * len(v) if len(shape) == 2 and shape[1] is Ellipsis else list(shape)
+    if len(elems) != len(v):
+        return f"must be a list of {len(elems)}"
+    return next((p for e, x in zip(elems, v) if (p := _seq_problem(e, x))), None)
+
+
+def is_sequence(field: str) -> bool:
+    """A field whose value is a list (tree_topk_acceptance, num_speculative_tokens_per_batch_size)."""
+    return rule(field).kind == "seq"
 
 
 def check_value(field: str, value: Any, *, file, where: str) -> None:
@@ -105,6 +139,8 @@ def shown(value: Any) -> Any:
 def _problem(r: Rule, v: Any) -> str | None:
     if r.kind == "any":
         return None
+    if r.kind == "seq":
+        return _seq_problem(r.choices[0], v)
     if r.kind == "bool":
         return None if type(v) is bool else "must be true or false"
     if r.kind in ("str", "choice"):
