@@ -181,7 +181,9 @@ def test_hf_deepseek_v3_imports_with_latent_attention():
     # DeepSeek-V3 report: 671B total, 37B activated per token (the multi-token-prediction module not counted)
     assert m.total_params == pytest.approx(671e9, rel=0.01)
     assert m.active_params == pytest.approx(37e9, rel=0.03)
-    assert m.kv_bytes_per_token == 61 * (512 + 64) * 1  # the latent and rotary key, not 2·128 heads of 192
+    # the latent and rotary key, not 2·128 heads of 192, in bf16: fp8 weights, bf16 activations and KV (vLLM's
+    # kv_cache_dtype "auto")
+    assert m.kv_dtype == "bf16" and m.kv_bytes_per_token == 61 * (512 + 64) * 2
     cm = CostModel(m, prof.hardware("h200"), tp=8)
     assert cm.kv_bytes_per_token_per_chip == m.kv_bytes_per_token  # one latent, whole on every chip
     assert cm.pass_bytes(1, 5, 0) > 2 * cm.pass_bytes(1, 1, 0)  # 8 of 256 experts per token: each token wakes new
@@ -281,3 +283,13 @@ def test_vllm_v1_step_pricing_reads_the_experts_its_tokens_wake():
     t1 = RooflinePricer(CostModel(MIXTRAL, H100, tp=2)).price(np.array([1]), np.array([100]))[1]
     t5 = RooflinePricer(CostModel(MIXTRAL, H100, tp=2)).price(np.array([5]), np.array([100]))[1]
     assert t5 > 2 * t1  # five tokens wake ~6.1 of 8 experts, one token 2
+
+
+def test_kv_dtype_sets_the_cache_bytes_and_nothing_else():
+    """kv_dtype (vLLM's kv_cache_dtype): the KV cache's bytes per element; weights keep their dtype; unset = dtype."""
+    base = prof.model("llama-3.1-8b").model_dump()
+    w8 = ModelProfile(**dict(base, dtype="int8"))
+    w8_kv16 = ModelProfile(**dict(base, dtype="int8", kv_dtype="bf16"))
+    assert w8_kv16.kv_bytes_per_token == 2 * w8.kv_bytes_per_token
+    assert w8_kv16.weight_bytes == w8.weight_bytes
+    assert ModelProfile(**dict(base, kv_dtype="bf16")).kv_bytes_per_token == prof.model("llama-3.1-8b").kv_bytes_per_token

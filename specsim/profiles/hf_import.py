@@ -5,7 +5,7 @@ Other mixture-of-experts families (Qwen2-MoE, DBRX, OLMoE, Jamba, ...) are refus
 layouts are not read, and pricing their experts as one dense FFN would report a model several times too slow and
 too large. A quantized checkpoint is refused (its `torch_dtype` is the activations' dtype, not the weights'),
 except quant_method "fp8" (DeepSeek-V3's published checkpoint: float8 e4m3 weights with per-block scales, which are
-ignored), read as dtype fp8. Every problem — not JSON, not an object, a missing key, a value of the wrong type —
+ignored), read as dtype fp8 with a bf16 KV cache (vLLM's kv_cache_dtype "auto"). Every problem — not JSON, not an object, a missing key, a value of the wrong type —
 is one ConfigError naming the file and the key.
 """
 
@@ -224,6 +224,8 @@ def profile_from_hf_config(path: str | Path, name: str | None = None):
     stem = path.resolve().parent.name if path.name == "config.json" else path.stem
     name = name or (given if isinstance(given, str) and given else None) or stem or "hf-model"
     try:
-        return ModelProfile(name=name, description=f"from {path}", dtype=c.dtype(), **fields)
+        # fp8 weights with bf16 activations: vLLM's kv_cache_dtype "auto" keeps the KV cache in bf16
+        kv = {"kv_dtype": "bf16"} if _fp8(c.cfg) else {}
+        return ModelProfile(name=name, description=f"from {path}", dtype=c.dtype(), **fields, **kv)
     except ValidationError as e:
         raise _translate(e, path, ModelProfile) from None

@@ -168,6 +168,9 @@ class ModelProfile(_Strict):
                                                   description="published active parameters per token")
     # Multi-head latent attention (DeepSeek-V2/V3; all unset = grouped-query attention): head_dim is then the
     # query/key head (qk_nope_head_dim + qk_rope_head_dim) and n_kv_heads is 1 (specsim.profiles.moe).
+    # vLLM's kv_cache_dtype: "auto" keeps the KV cache in the activations' dtype, which is bf16 for weight-quantized
+    # checkpoints (DeepSeek-V3's fp8 weights run bf16 activations); unset = the weights' dtype
+    kv_dtype: DType | None = Field(default=None, description="KV cache dtype; unset = dtype")
     kv_lora_rank: int | None = Field(default=None, ge=1, le=1_000_000)
     q_lora_rank: int | None = Field(default=None, ge=1, le=1_000_000, description="unset = a full query projection")
     qk_rope_head_dim: int | None = Field(default=None, ge=1, le=10_000)
@@ -211,6 +214,10 @@ class ModelProfile(_Strict):
     @property
     def bytes_per_param(self) -> float:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_bytes_per_element(self) -> float:
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
 
     @property
     def _q_dim(self) -> int:
@@ -311,8 +318,8 @@ class ModelProfile(_Strict):
         """Self-attention K and V for one position, all decoder layers (all chips together; see costs.py for TP);
         MLA caches its latent and rotary key instead."""
         if self.kv_lora_rank is not None:
-            return self.n_layers * moe.mla_kv_elements(self) * self.bytes_per_param
-        return 2 * self.n_layers * self._kv_dim * self.bytes_per_param
+            return self.n_layers * moe.mla_kv_elements(self) * self.kv_bytes_per_element
+        return 2 * self.n_layers * self._kv_dim * self.kv_bytes_per_element
 
     @property
     def cross_kv_bytes_per_token(self) -> float:
@@ -321,7 +328,7 @@ class ModelProfile(_Strict):
         decoder-only models. The one definition: the roofline's pass bytes and the KV reservation use it."""
         if self.architecture != "encoder-decoder":
             return 0.0
-        return 2 * self.n_layers * self._q_dim * self.bytes_per_param
+        return 2 * self.n_layers * self._q_dim * self.kv_bytes_per_element
 
     @property
     def weight_bytes(self) -> float:
