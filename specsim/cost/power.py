@@ -17,7 +17,8 @@ so u ≈ 1 and energy follows time; with a stack's achievable fractions below 1 
 What it leaves out (why it is an assumption): memory traffic and FLOPs do not cost the same fraction of TDP on real
 chips; power is not exactly linear; clocks throttle near TDP (the cap does not slow the step). Fit idle_w and the
 dynamic coefficient (tdp_w − idle_w) to (utilisation, watts) pairs from a real run (nvidia-smi / DCGM power samples
-against the simulator's step utilisation) with `fit_power`, and put them in a copy of the hardware profile.
+against the simulator's step utilisation) with `fit_power` — `specsim calibrate-power SAMPLES.csv --hardware NAME
+--out MINE.toml` does it and writes that copy.
 
 Energy of a run, for chips = tp × replicas (every chip of a tensor-parallel group does the same per-chip work):
     E = chips · idle_w · walltime + tp · (tdp_w − idle_w) · Σ_steps u_step · dur_step
