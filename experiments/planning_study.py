@@ -37,7 +37,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from specsim.simulate import make_config, run
-from specsim.studies.plan import run_plan
+from specsim.studies.plan import plan_id, run_plan
 from specsim.studies.plan_spec import load_plan
 
 RESULTS = REPO / "experiments" / "results"
@@ -174,7 +174,7 @@ def markdown(plans: dict[str, list[dict]], energy: pd.DataFrame, counts: dict) -
              "there: verify before quoting); power = idle floor (10% of TDP, an assumption) + dynamic power scaled "
              "by the roofline's utilisation (`specsim/cost/power.py`). $/Mtok and J/token are provisioned: every "
              "chip of every replica billed and idling for the hour at the offered token rate "
-             "(`specsim.studies.plan.provisioned`). Each point: max(200, 60 s × rate) Poisson requests.", ""]
+             "(`specsim.studies.plan.provisioned`). Each point: max(200, 60 s × rate) Poisson requests; the SLO percentiles cover the requests arriving after the first 10 s (warm-up: the run starts from an empty engine).", ""]
     lines += ["## Findings", ""] + findings(plans, energy) + [""]
     for slo, rows in plans.items():
         lines += [f"## Replicas and $/Mtok per rate — {slo} ({counts[slo]})", ""] + plan_table(rows) + [""]
@@ -218,7 +218,7 @@ def main() -> None:
     plans, counts, table_rows = {}, {}, []
     for k, (label, slo) in enumerate(SLOS.items()):
         p = replace(plan, slo=slo)
-        report = run_plan(p, args.scratch / f"plan-{k}", workers=args.workers)
+        report = run_plan(p, args.scratch / f"plan-{plan_id(p)}", workers=args.workers)  # an edited plan: a new dir
         plans[label] = report.rows
         counts[label] = f"{report.points} points in {report.rounds} rounds"
         table_rows += [{"slo": label} | {k: v for k, v in r.items() if k != "candidates"}

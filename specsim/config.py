@@ -122,6 +122,9 @@ class SloConfig(_Group):
 
     slo_ttft_s: float = Field(default=1.0, gt=0, le=1e6, description="TTFT objective for goodput, s")
     slo_tpot_s: float = Field(default=0.05, gt=0, le=1e6, description="TPOT objective for goodput, s")
+    slo_warmup_s: float = Field(default=0.0, ge=0, le=1e9, description="warm-up: requests arriving before this "
+                                "many seconds are left out of the latency percentiles, SLO attainment and goodput "
+                                "(0 = every request)")
 
 
 class EngineConfig(_Group):
@@ -174,13 +177,14 @@ FLAT: dict[str, str] = {name: g for name, g in (
     ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"),
     ("draft_kv_budget_tokens", "deployment"), ("method", "speculation"), ("draft_tp", "deployment"),
     ("speculative_config", "speculation"), ("speculative_token_tree", "speculation"),
-    ("tree_topk_acceptance", "speculation"))}
+    ("tree_topk_acceptance", "speculation"), ("slo_warmup_s", "slo"))}
 assert sorted(FLAT) == sorted(f for g in GROUPS.values() for f in g.model_fields), "FLAT must list every field once"
 assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a field outside its group"
 FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
 
 # `simulate` flags whose names differ from their field (every other field's flag is --field-name)
-CLI_ALIASES: dict[str, str] = {"arrivals_csv": "--arrivals", "slo_ttft_s": "--slo-ttft", "slo_tpot_s": "--slo-tpot"}
+CLI_ALIASES: dict[str, str] = {"arrivals_csv": "--arrivals", "slo_ttft_s": "--slo-ttft", "slo_tpot_s": "--slo-tpot",
+                               "slo_warmup_s": "--slo-warmup"}
 
 
 def flag(field: str) -> str:

@@ -124,9 +124,9 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
     out["c_at_batch"] = costs.derived_c(cfg.workload.prompt_len, batch=max(1, wl.max_batch if wl.mode != "closed"
                                                                            else cfg.workload.batch))
     out.update(acceptance_metrics(spec))
-    out.update(latency_metrics(spec, cfg.slo.slo_ttft_s, cfg.slo.slo_tpot_s))
+    out.update(latency_metrics(spec, cfg.slo.slo_ttft_s, cfg.slo.slo_tpot_s, cfg.slo.slo_warmup_s))
     out.update(step_metrics(spec, peak_bw, peak_fl, util[0]))
-    b = latency_metrics(base, cfg.slo.slo_ttft_s, cfg.slo.slo_tpot_s)
+    b = latency_metrics(base, cfg.slo.slo_ttft_s, cfg.slo.slo_tpot_s, cfg.slo.slo_warmup_s)
     b.update(step_metrics(base, peak_bw, peak_fl, util[1]))
     for k, v in b.items():
         if k != "output_tokens":

@@ -251,3 +251,22 @@ def test_the_fallback_run_has_the_same_baseline(planned):
     b = run(plan.config(o, 1, 32.0, BASELINE, 2, fallback=True))
     keys = [k for k in a if k.startswith("baseline_")]
     assert len(keys) > 20 and {k: a[k] for k in keys} == {k: b[k] for k in keys}
+
+
+def test_a_warm_up_leaves_the_empty_start_out_of_the_slo(tmp_path, capsys):
+    """search.warmup_s sets every point's slo_warmup_s: the percentiles cover requests arriving after it only (a
+    run starts from an empty engine, whose first requests see no queue); warm-up >= duration is refused."""
+    p = _write(tmp_path, PLAN.replace("min_requests = 50", "min_requests = 50\nwarmup_s = 5"))
+    plan = load_plan(p)
+    cfg = plan.config(plan.options[0], 1, 32.0, plan.candidates[0], 1)
+    assert cfg.slo.slo_warmup_s == 5.0
+    full = run(cfg.replace(slo_warmup_s=0.0))
+    steady = run(cfg)
+    assert steady["walltime_s"] == full["walltime_s"]  # the same run, measured on fewer requests
+    assert steady["ttft_p90_s"] >= full["ttft_p90_s"]  # overloaded at one replica: the queue only grows
+    bad = _write(tmp_path, PLAN.replace("min_requests = 50", "min_requests = 50\nwarmup_s = 20"), "bad.toml")
+    code, _, err = cli_capsys(capsys, "plan", bad, "--out", tmp_path / "o")
+    assert code == 2 and "search.warmup_s" in err
+    given = _write(tmp_path, PLAN.replace("alpha = 0.7", "alpha = 0.7\nslo_warmup_s = 3"), "given.toml")
+    code, _, err = cli_capsys(capsys, "plan", given, "--out", tmp_path / "o2")
+    assert code == 2 and "fixed.slo_warmup_s" in err

@@ -149,9 +149,11 @@ def _pct(prefix: str, x: np.ndarray, out: dict) -> None:
         out[f"{prefix}_p{p}_s"] = v
 
 
-def itl_gaps(rec: Records) -> np.ndarray:
+def itl_gaps(rec: Records, with_requests: bool = False):
+    """Gaps between a request's consecutive emissions (its first after the prefill token), request by request;
+    with `with_requests`, also the request of each gap."""
     if rec.rs_request.size == 0:
-        return np.zeros(0)
+        return (np.zeros(0), np.zeros(0, np.int64)) if with_requests else np.zeros(0)
     r, st = rec.rs_request, rec.rs_step
     if not bool((r[1:] >= r[:-1]).all()):  # Records come sorted by request, then step (sort only if not)
         order = np.argsort(r, kind="stable")
@@ -160,28 +162,40 @@ def itl_gaps(rec: Records) -> np.ndarray:
     prev = np.concatenate(([np.nan], t[:-1]))
     first = np.concatenate(([True], r[1:] != r[:-1]))
     prev[first] = rec.first_token_s[r[first]]
-    return t - prev
+    return (t - prev, r) if with_requests else t - prev
 
 
-def latency_metrics(rec: Records, slo_ttft_s: float, slo_tpot_s: float) -> dict:
+def latency_metrics(rec: Records, slo_ttft_s: float, slo_tpot_s: float, warmup_s: float = 0.0) -> dict:
+    """Latency percentiles, SLO attainment and goodput of the requests arriving at or after `warmup_s` (all of
+    them at 0: a run starts from an empty engine, so its first requests see no queue — a steady-state figure
+    leaves them out, as serving benchmarks' warm-up does); makespan and throughput always cover the whole run."""
     out: dict = {}
     ttft = rec.first_token_s - rec.arrival_s
     e2e = rec.finish_s - rec.arrival_s
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(rec.output_len > 1, (rec.finish_s - rec.first_token_s) / (rec.output_len - 1), np.nan)
+    out_len, queue = rec.output_len, rec.admit_s - rec.arrival_s
+    if warmup_s > 0:
+        keep = rec.arrival_s >= warmup_s
+        ttft, e2e, tpot, out_len, queue = ttft[keep], e2e[keep], tpot[keep], out_len[keep], queue[keep]
+        gaps, req = itl_gaps(rec, with_requests=True)
+        gaps = gaps[keep[req]]
+    else:
+        gaps = itl_gaps(rec)
     _pct("ttft", ttft, out)
     _pct("tpot", tpot, out)
-    _pct("itl", itl_gaps(rec), out)
+    _pct("itl", gaps, out)
     _pct("e2e", e2e, out)
     makespan = float(rec.finish_s.max()) if rec.finish_s.size else 0.0
     out["walltime_s"] = makespan
     tokens = int(rec.output_len.sum())
     out["output_tokens"] = tokens
     out["throughput_tok_s"] = tokens / makespan if makespan > 0 else None
-    ok = (ttft <= slo_ttft_s) & ((rec.output_len <= 1) | (tpot <= slo_tpot_s))
-    out["goodput_req_s"] = float(ok.sum()) / makespan if makespan > 0 else None
+    ok = (ttft <= slo_ttft_s) & ((out_len <= 1) | (tpot <= slo_tpot_s))
+    window = makespan - warmup_s
+    out["goodput_req_s"] = float(ok.sum()) / window if window > 0 else None
     out["slo_attained"] = float(ok.mean()) if ok.size else None
-    out["queue_mean_s"] = float(np.mean(rec.admit_s - rec.arrival_s)) if rec.arrival_s.size else None
+    out["queue_mean_s"] = float(np.mean(queue)) if queue.size else None
     return out
 
 

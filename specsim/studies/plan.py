@@ -158,6 +158,8 @@ def plan_id(plan: PlanSpec) -> str:
     d = {"fixed": plan.fixed, "options": [(o.name, o.fields, o.tps) for o in plan.options], "rates": plan.rates,
          "candidates": [(c.policy, c.gamma) + ((c.draft,) if c.draft else ()) for c in plan.candidates], "max_replicas": plan.max_replicas,
          "duration_s": plan.duration_s, "min_requests": plan.min_requests, "slo": plan.slo}
+    if plan.warmup_s:  # only when set: plans written before it keep their id
+        d["warmup_s"] = plan.warmup_s
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

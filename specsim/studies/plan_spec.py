@@ -24,6 +24,7 @@ A plan is a TOML file:
     max_replicas = 64                  # the search refuses to look further
     duration_s = 60                    # arrival window per point: requests = max(min_requests, ⌈rate·duration⌉)
     min_requests = 200
+    warmup_s = 10                      # requests arriving earlier are left out of the SLO percentiles [0]
     [slo]                              # the objectives every point must meet, on percentiles of simulated latency
     ttft_p90_s = 1.0
     tpot_p90_s = 0.05
@@ -51,7 +52,7 @@ from specsim.sweep.values import check_string, check_value, is_sequence, shown
 
 _TOP_KEYS = {"name", "description", "fixed", "option", "search", "slo"}
 _OPTION_KEYS = set(FLAT_FIELDS) | {"name"}
-PLAN_SETS = ("rate", "replicas", "requests", "gamma", "policy", "batch")  # the plan chooses these itself
+PLAN_SETS = ("rate", "replicas", "requests", "gamma", "policy", "batch", "slo_warmup_s")  # the plan sets these
 SLO_KEYS = tuple(f"{m}_p{p}_s" for m in ("ttft", "tpot", "itl", "e2e") for p in PCTS)
 SEARCH_POLICIES = ("optimal", "heuristic", "bands")  # γ policies a plan may try beside fixed γ (not the oracle)
 MAX_REPLICAS = 1024  # SimConfig's bound on replicas
@@ -99,6 +100,7 @@ class PlanSpec:
     duration_s: float
     min_requests: int
     slo: dict  # metric key (ttft_p90_s, ...) -> limit, s
+    warmup_s: float = 0.0  # SimConfig.slo_warmup_s of every point: a run starts empty, steady state comes later
 
     def requests(self, rate: float | None) -> int | None:
         return None if rate is None else max(self.min_requests, math.ceil(rate * self.duration_s))
@@ -121,6 +123,8 @@ class PlanSpec:
             d.update(draft="ngram", method="ngram", policy="fixed")
         if rate is not None:
             d.update(rate=rate, requests=self.requests(rate))
+        if self.warmup_s:
+            d["slo_warmup_s"] = self.warmup_s
         return SimConfig.model_validate(d)
 
 
@@ -141,8 +145,11 @@ def load_plan(path: str | Path) -> PlanSpec:
                                                                              path),
                     duration_s=_num(search, "duration_s", 60.0, path), min_requests=_int(search, "min_requests", 200,
                                                                                           1, MAX_POINT_REQUESTS, path),
-                    slo=_slo(_table(data, "slo", path), path))
+                    slo=_slo(_table(data, "slo", path), path), warmup_s=_warmup(search, path))
     _check_search_keys(search, path)
+    if plan.warmup_s >= plan.duration_s:
+        raise ConfigError("the warm-up would leave no request to measure", file=path, field="search.warmup_s",
+                          value=plan.warmup_s, allowed=f"< duration_s = {plan.duration_s:g}")
     if rates and plan.requests(max(rates)) > MAX_POINT_REQUESTS:
         raise ConfigError(f"rate {max(rates):g} × duration_s {plan.duration_s:g} asks for more than "
                           f"{MAX_POINT_REQUESTS} requests per point", file=path, field="search.duration_s",
@@ -278,8 +285,16 @@ def _num(t: dict, key: str, default: float, path: Path) -> float:
     return float(v)
 
 
+def _warmup(t: dict, path: Path) -> float:
+    v = t.get("warmup_s", 0.0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1e7:
+        raise ConfigError("out of range", file=path, field="search.warmup_s", value=shown(v),
+                          allowed="a number of seconds in [0, duration_s)")
+    return float(v)
+
+
 def _check_search_keys(search: dict, path: Path) -> None:
-    known = {"rates", "drafts", "gammas", "policies", "max_replicas", "duration_s", "min_requests"}
+    known = {"rates", "drafts", "gammas", "policies", "max_replicas", "duration_s", "min_requests", "warmup_s"}
     for key in search:
         if key not in known:
             raise ConfigError("unknown field", file=path, field=shown(f"search.{key}"), allowed=", ".join(sorted(known)))

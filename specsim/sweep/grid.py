@@ -28,7 +28,7 @@ _LATER_FIELDS = {"draft_catchup": False, "engine_profile": "specsim", "max_num_s
                  "max_num_batched_tokens": None, "block_size": None, "num_gpu_blocks": None,
                  "long_prefill_token_threshold": 0, "step_table_target": None, "step_table_draft": None,
                  "method": "draft_model", "draft_tp": None, "speculative_config": None,
-                 "speculative_token_tree": None, "tree_topk_acceptance": None}
+                 "speculative_token_tree": None, "tree_topk_acceptance": None, "slo_warmup_s": 0.0}
 
 
 def canonical_json(cfg: SimConfig) -> str:
