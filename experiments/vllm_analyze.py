@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from specsim import profiles as prof# noqa: E402
 from specsim import theory# noqa: E402
-from specsim.engine.acceptance import _read_trace  # noqa: E402
+from specsim.engine.acceptance import read_trace  # noqa: E402
 from specsim.engine.engine_profiles.step_costs import StepTable  # noqa: E402
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine  # noqa: E402
 from specsim.engine.metrics import latency_metrics  # noqa: E402
@@ -285,7 +285,7 @@ def analyze(out: Path) -> dict:
     preds = {}
     b_plain, b_spec = kv_blocks(out, "plain"), kv_blocks(out, "draft")
     rec_path = out / "trace_record.csv"  # `specsim record` on the same prompts (see the report for the command)
-    rec_trace = _read_trace(str(rec_path)) if rec_path.exists() else None
+    rec_trace = read_trace(str(rec_path)) if rec_path.exists() else None
     for r in runs:
         if r["mode"] == "plain":
             preds[("plain", r["point"], r["repeat"])] = predict(r, tt, None, None, b_plain)

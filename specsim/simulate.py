@@ -66,23 +66,19 @@ class SimResult:
 def _costs(cfg: SimConfig) -> tuple[StepCosts, Deployment | None]:
     """Step costs and the resolved deployment (None under fixed_c: no profile is read then)."""
     from specsim import methods
-
     from specsim.methods.tree_config import from_config as tree_of
 
     d = cfg.deployment
     if d.fixed_c is not None:
         return StepCosts(None, None, d.fixed_c), None
     dep = Deployment.from_config(cfg)
-    method = methods.get(cfg.speculation.method)
-    tree = tree_of(cfg)
-    if tree is not None and tree.tree.is_chain:
-        tree = None  # a width-1 tree is the chain: priced as one, exactly
+    setup = tree_of(cfg)
+    tree = None if setup is None or setup.tree.is_chain else setup.tree  # a width-1 tree is priced as the chain
     if cfg.speculation.method == "draft_model":  # today's path, untouched
-        return StepCosts(*dep.cost_models, draft_catchup=d.draft_catchup,
-                         tree=None if tree is None else tree.tree), dep
+        return StepCosts(*dep.cost_models, draft_catchup=d.draft_catchup, tree=tree), dep
+    method = methods.get(cfg.speculation.method)
     method.check(cfg.speculation.gamma, dep.draft)
-    return StepCosts(*dep.cost_models, method=method, gamma=cfg.speculation.gamma,
-                     tree=None if tree is None else tree.tree), dep
+    return StepCosts(*dep.cost_models, method=method, gamma=cfg.speculation.gamma, tree=tree), dep
 
 
 def simulate(cfg: SimConfig) -> SimResult:

@@ -28,6 +28,7 @@ def calibrate_power(
     """Fit watts = idle_w + (tdp_w − idle_w)·u and (with --out) write the hardware profile with those figures."""
     import numpy as np
 
+    from specsim.cost.calibrate_io import write_hardware_toml
     from specsim.cost.power import fit_power
     from specsim.errors import ConfigError
     from specsim.inputs.files import input_file, output_file
@@ -54,38 +55,12 @@ def calibrate_power(
     result = {"hardware": hw.name, "samples": int(u.size), "idle_w": idle, "tdp_w": tdp, "r2": r2,
               "datasheet_tdp_w": hw.tdp_w, "profile_idle_w": hw.idle_w, "out": None if out is None else str(out)}
     if out is not None:
-        _write_profile(hw, idle, tdp, r2, u.size, path, out)
+        write_hardware_toml(out, hw, idle_w=round(idle, 3), tdp_w=round(tdp, 3), comment=(
+            f"{hw.name} with idle_w and tdp_w fitted by `specsim calibrate-power` to {u.size} power samples of "
+            f"{path.name} (R² = {r2:.3f}); every other figure as in the {hw.name} profile."))
     if json_out:
         emit_json(result)
         return
     table(f"power fit for {hw.name} ({u.size} samples)", ["name", "value"],
           [("idle_w (fitted)", idle), ("tdp_w = idle + dynamic (fitted)", tdp), ("R²", r2),
            ("profile's tdp_w / idle_w", f"{hw.tdp_w} / {hw.idle_w}"), ("written", result["out"])])
-
-
-def _write_profile(hw, idle: float, tdp: float, r2: float, n: int, samples: Path, out: Path) -> None:
-    """The profile as TOML with the fitted figures and where they came from (every number keeps a source)."""
-    import tomllib
-
-    d = hw.model_dump(exclude_none=True)
-    d.update(name=f"{hw.name}-power-fit", idle_w=round(idle, 3), tdp_w=round(tdp, 3))
-    lines = [f"# {hw.name} with idle_w and tdp_w fitted by `specsim calibrate-power` to {n} power samples of "
-             f"{samples.name} (R² = {r2:.3f}); every other figure as in the {hw.name} profile."]
-    for k, v in d.items():
-        if not isinstance(v, dict):
-            lines.append(f"{k} = {_toml(v)}")
-    for k, v in d.items():
-        if isinstance(v, dict):
-            lines.append(f"\n[{k}]")
-            lines += [f"{kk} = {_toml(vv)}" for kk, vv in v.items()]
-    text = "\n".join(lines) + "\n"
-    tomllib.loads(text)  # what we write must read back
-    out.write_text(text)
-
-
-def _toml(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'

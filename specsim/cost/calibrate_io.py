@@ -79,3 +79,26 @@ def write_stack_toml(path: str | Path, fit: FitResult, hardware: HardwareProfile
     except OSError as e:
         raise ConfigError(f"cannot write stack profile: {e.strerror or e}", file=path) from None
     return path
+
+
+def write_hardware_toml(path: str | Path, hw: HardwareProfile, *, comment: str, **changes) -> Path:
+    """A copy of a hardware profile as TOML with `changes` (e.g. fitted idle_w / tdp_w), named <name>-power-fit, the
+    reason in a leading comment; it must read back as a profile."""
+    import tomllib
+
+    path = Path(path)
+    d = dict(hw.model_dump(exclude_none=True), name=f"{hw.name}-power-fit", **changes)
+    def value(v) -> str:  # a TOML scalar: JSON's strings and booleans are TOML's too
+        return json.dumps(v) if isinstance(v, (str, bool)) else repr(v)
+
+    lines = [f"# {comment.replace(chr(10), ' ')}"] + [f"{k} = {value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    for k, v in d.items():
+        if isinstance(v, dict):
+            lines += [f"\n[{k}]"] + [f"{kk} = {value(vv)}" for kk, vv in v.items()]
+    text = "\n".join(lines) + "\n"
+    tomllib.loads(text)  # what we write must read back
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot write hardware profile: {e.strerror or e}", file=path) from None
+    return path

@@ -266,6 +266,11 @@ def cost_ratio_c(target, draft, prompt_len: int = 0, batch: int = 1) -> float:
     The first decode step of a decoder-only model attends to the prompt's KV (context = prompt_len); an
     encoder-decoder's decoder has no self-attention context yet and cross-attends to the encoded prompt. Works for
     any cost model with `pass_time_s(batch, positions, context, cross_context)` (roofline or measured)."""
-    enc_dec = target.model.architecture == "encoder-decoder"
-    L, X = (0, prompt_len) if enc_dec else (prompt_len, 0)
+    L, X = first_step_context(target, prompt_len)
     return draft.pass_time_s(batch, 1, L, X) / target.pass_time_s(batch, 1, L, X)
+
+
+def first_step_context(target, prompt_len: int) -> tuple[int, int]:
+    """(self-attention context, cross context) of the first decode step: the prompt's KV for a decoder-only model;
+    none yet, and the encoded prompt to cross-attend to, for an encoder-decoder (`cost_ratio_c`'s rule)."""
+    return (0, prompt_len) if target.model.architecture == "encoder-decoder" else (prompt_len, 0)

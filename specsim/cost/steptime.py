@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specsim.cost.roofline import CostModel, check_fits, cost_ratio_c, kv_bytes_per_token_per_chip
+from specsim.cost.roofline import CostModel, check_fits, cost_ratio_c, first_step_context, kv_bytes_per_token_per_chip
 from specsim.errors import DoesNotFitError
 
 # our choice: one cached segment per 16 tokens of context keeps the tables small, and the interpolation is exact
@@ -115,7 +115,8 @@ class StepCosts:
         self.catchup = bool(draft_catchup) and fixed_c is None  # under fixed_c a draft pass is c whatever its rows
         self.target, self.draft = target, draft
         # a per-step cost beside the passes (EAGLE-3's projection: `methods.pricing.LayerHeadCost.step_once_cost`)
-        self._once_cost = getattr(draft, "step_once_cost", None) if getattr(draft, "step_once_params", 0) else None
+        self._once_cost = lru_cache(maxsize=4096)(draft.step_once_cost) if getattr(draft, "step_once_params", 0) \
+            else None  # per batch size: a step prices it once, not once per call
         if fixed_c is None:
             self.enc_dec = target.model.architecture == "encoder-decoder"
             self.t, self.d = PassTable(target), PassTable(draft)
@@ -283,8 +284,7 @@ class StepCosts:
             return float(self.fixed_c)
         c = cost_ratio_c(self.target, self.draft, prompt_len, batch)
         if self._once_cost is not None:  # a per-step cost shared by the step's γ proposals (EAGLE-3's fc)
-            enc_dec = self.target.model.architecture == "encoder-decoder"
-            L, X = (0, prompt_len) if enc_dec else (prompt_len, 0)
+            L, X = first_step_context(self.target, prompt_len)
             c += self._once_cost(batch)[0] / max(1, self._gamma) / self.target.pass_time_s(batch, 1, L, X)
         return c / self.c_divisor if self.c_divisor != 1 else c
 

@@ -116,7 +116,7 @@ class Acceptance:
         a = cfg.acceptance
         from specsim.methods.tree_config import from_config as tree_of
 
-        trace = None if a.trace is None else _read_trace(a.trace)
+        trace = None if a.trace is None else read_trace(a.trace)
         tree = tree_of(cfg)
         # a width-1 tree is the chain itself (its rates are α up to rounding: the chain's thresholds, exactly)
         rates = tree.slot_rates() if tree is not None and a.alpha is not None and not tree.tree.is_chain else None
@@ -324,7 +324,7 @@ def _rank_walk(trace, tree, lenience: float):
     return RankWalk(tree, trace.rank)
 
 
-def _read_trace(path: str):
+def read_trace(path: str):
     """Read a trace once per process while the file is unchanged (sweeps run thousands of points on one trace)."""
     import os
 
@@ -341,5 +341,3 @@ def _read_trace(path: str):
         _TRACES[key] = Trace.read(path)
     return _TRACES[key]
 
-
-read_trace = _read_trace  # the public name: the summary reads a trace's ranks through the same cache

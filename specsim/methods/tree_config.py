@@ -40,7 +40,8 @@ class TreeSetup:
 
 
 @lru_cache(maxsize=256)
-def _setup(tree_text: str, topk: tuple | None, alpha: float | None) -> TreeSetup:
+def tree_setup(tree_text: str, topk: tuple | None, alpha: float | None) -> TreeSetup:
+    """The tree and rank model of a tree text, its top-k acceptance and α (cached: configs re-read it)."""
     p = rank_probabilities(topk, alpha) if topk is not None else (np.array([alpha]) if alpha is not None else None)
     tree = parse_tree(tree_text, p)
     if p is None:  # a trace: its β is acceptance at rank 0 (checked to be a chain by tree_rules)
@@ -53,7 +54,7 @@ def from_config(cfg) -> TreeSetup | None:
     s = cfg.speculation
     if s.speculative_token_tree is None:
         return None
-    return _setup(s.speculative_token_tree, s.tree_topk_acceptance, cfg.acceptance.alpha)
+    return tree_setup(s.speculative_token_tree, s.tree_topk_acceptance, cfg.acceptance.alpha)
 
 
 def tree_gamma(data: Any) -> Any:
@@ -68,7 +69,7 @@ def tree_gamma(data: Any) -> Any:
     acc = data.get("acceptance") if isinstance(data.get("acceptance"), dict) else {}
     try:
         topk = spec.get("tree_topk_acceptance")
-        depth = _setup(text, None if topk is None else tuple(topk), acc.get("alpha")).tree.depth
+        depth = tree_setup(text, None if topk is None else tuple(topk), acc.get("alpha")).tree.depth
     except (ConfigError, TypeError, ValueError):
         return data
     return dict(data, speculation=dict(spec, gamma=depth))
@@ -82,7 +83,7 @@ def tree_rules(cfg) -> None:
     if s.speculative_token_tree is None:
         raise RuleViolation("{0} belongs to a tree: give {1}", "tree_topk_acceptance", "speculative_token_tree")
     try:
-        setup = _setup(s.speculative_token_tree, s.tree_topk_acceptance, a.alpha)
+        setup = tree_setup(s.speculative_token_tree, s.tree_topk_acceptance, a.alpha)
     except ConfigError as e:
         what = e.message + (f" (got {e.value})" if e.value is not None else "") + \
             (f"; allowed: {e.allowed}" if e.allowed else "")
@@ -112,4 +113,4 @@ def tree_rules(cfg) -> None:
                             "tree_topk_acceptance", "speculative_token_tree")
 
 
-__all__ = ["FIELD", "TreeSetup", "from_config", "tree_gamma", "tree_rules"]
+__all__ = ["FIELD", "TreeSetup", "from_config", "tree_gamma", "tree_rules", "tree_setup"]

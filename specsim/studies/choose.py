@@ -57,9 +57,9 @@ class DraftSpec:
         """Verified positions beyond the root: the tree's nodes (0 without a tree)."""
         if self.tree is None:
             return 0
-        from specsim.methods.tree_config import _setup
+        from specsim.methods.tree_config import tree_setup
 
-        return _setup(self.tree, self.tree_topk, None if self.trace else self.alpha).tree.nodes
+        return tree_setup(self.tree, self.tree_topk, None if self.trace else self.alpha).tree.nodes
 
 
 def parse_draft(text: str) -> DraftSpec:

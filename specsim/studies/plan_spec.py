@@ -316,15 +316,13 @@ def _slo(t: dict, path: Path) -> dict:
 def _check_points(plan: PlanSpec) -> None:
     """One point per (option, tp, candidate) is validated and its profiles and TP checked before any run."""
     rate = plan.rates[0] if plan.rates else None
-    points = []
     for i, o in enumerate(plan.options):
+        def where(f: str, i=i, o=o) -> str:
+            return f"option[{i}].{f}" if f in o.fields or f == "tp" else f"fixed.{f}"
+
         for tp in o.tps:
-            for cand in plan.candidates:
-                try:
-                    points.append(plan.config(o, tp, rate, cand, 1))
-                except ValidationError as e:
-                    raise _point_error(e, plan.path, lambda f, i=i: f"option[{i}].{f}" if f in plan.options[i].fields
-                                       or f == "tp" else f"fixed.{f}") from None
-            check_files_and_profiles(points[-len(plan.candidates):], plan.path,
-                                     lambda f, i=i: f"option[{i}].{f}" if f in plan.options[i].fields or f == "tp"
-                                     else f"fixed.{f}")
+            try:
+                points = [plan.config(o, tp, rate, cand, 1) for cand in plan.candidates]
+            except ValidationError as e:
+                raise _point_error(e, plan.path, where) from None
+            check_files_and_profiles(points, plan.path, where)
