@@ -31,11 +31,12 @@ SURFACES = {
                   "--prompt-len", "32"],
                  {"--alpha": NUMBERS, "--gamma": NUMBERS, "--batch": NUMBERS, "--tp": NUMBERS, "--rate": NUMBERS,
                   "--max-batch": NUMBERS, "--lenience": NUMBERS, "--fixed-c": NUMBERS, "--slo-ttft": NUMBERS,
+                  "--slo-warmup": NUMBERS, "--draft-tp": _SMALL_OR_BAD,
                   "--seed": NUMBERS, "--replicas": _SMALL_OR_BAD, "--requests": _SMALL_OR_BAD,
                   "--output-len": _SMALL_OR_BAD,
                   "--policy": st.sampled_from(["fixed", "optimal", "heuristic", "oracle", "greedy", "", "1"]),
                   "--engine": st.sampled_from(["simpy", "fast", "auto", "gpu", ""]),
-                  "--length-dist": st.sampled_from(["fixed", "uniform", "zipf"])}),
+                  "--length-dist": st.sampled_from(["fixed", "uniform", "lognormal", "zipf"])}),
     "choose-draft": (["choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--output-len", "8",
                       "--requests", "4"],
                      {"--batch": st.sampled_from(["1", "1,2", "nan", "inf", "0", "1.5", "abc", "", "-1", "5000"]),
@@ -115,6 +116,7 @@ def test_cli_values_give_one_json_object_or_one_line(capsys, surface, examples):
 
 # --- hand-picked values that must be refused ----------------------------------------------------------------------
 
+SIM7 = ["simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.7"]
 MUST_REFUSE = [
     (["theory", "--alpha", "nan"], ["--alpha", "not a number", "nan", "[0, 1)"]),
     (["theory", "--alpha", "0.5", "--c", "inf"], ["--c", "not a finite number"]),
@@ -141,6 +143,15 @@ MUST_REFUSE = [
       "--policy", "greedy"], ["--policy", "'greedy'"]),
     (["simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "smollm2-135m", "--alpha", "0.7",
       "--tp", "2"], ["smollm2-135m", "n_heads = 9"]),  # the draft shares the target's tp and must split too
+    (SIM7 + ["--slo-warmup", "-1"], ["--slo-warmup"]),
+    (SIM7 + ["--slo-warmup", "nan"], ["--slo-warmup"]),
+    (SIM7 + ["--slo-warmup", "inf"], ["--slo-warmup"]),
+    (SIM7 + ["--slo-warmup", "abc"], ["--slo-warmup"]),
+    (SIM7 + ["--slo-warmup", "1e10"], ["--slo-warmup"]),
+    (SIM7 + ["--draft-tp", "3"], ["draft", "3"]),
+    (SIM7 + ["--length-dist", "zipf"], ["--length-dist", "lognormal"]),
+    (SIM7 + ["--speculative-token-tree", "[[0],[1]]", "--tree-topk-acceptance", '[0.7, "x"]'],
+     ["--tree-topk-acceptance"]),
     (["choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b:0.7",
       "--batch", "inf"], ["--batch", "'inf'"]),
     (["choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b:0.7",

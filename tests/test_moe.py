@@ -293,3 +293,14 @@ def test_kv_dtype_sets_the_cache_bytes_and_nothing_else():
     assert w8_kv16.kv_bytes_per_token == 2 * w8.kv_bytes_per_token
     assert w8_kv16.weight_bytes == w8.weight_bytes
     assert ModelProfile(**dict(base, kv_dtype="bf16")).kv_bytes_per_token == prof.model("llama-3.1-8b").kv_bytes_per_token
+
+
+@pytest.mark.parametrize("line", ['kv_dtype = "fp7"', "kv_dtype = 2", "kv_dtype = true"])
+def test_a_bad_kv_dtype_is_one_line(tmp_path, capsys, line):
+    p = tmp_path / "m.toml"
+    text = (Path(prof.MODEL_DIR) / "llama-3.2-1b.toml").read_text()
+    assert 'dtype = "bf16"' in text
+    p.write_text(text.replace('dtype = "bf16"', f'dtype = "bf16"\n{line}', 1))
+    code, out, err = cli_capsys(capsys, "simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", p,
+                                "--alpha", "0.7")
+    assert code == 2 and out == "" and "kv_dtype" in err and len(err.strip().splitlines()) == 1, err

@@ -143,8 +143,17 @@ class Deployment:
         t = self._cost_model(self.target, self.tp, self.measured_target, flag("measured_target"))
         if self.draft is None:
             return t, None
+        try:
+            return t, self._draft_cost_model()
+        except ConfigError as e:  # the draft's own TP degree, when given, is the flag to name
+            if self.draft_tp is None or e.field != "tp":
+                raise
+            raise ConfigError(e.message, file=e.file, field=flag("draft_tp"), value=e.value, allowed=e.allowed) \
+                from None
+
+    def _draft_cost_model(self):
         if self.method != "draft_model":
-            return t, self._head_cost_model()
+            return self._head_cost_model()
         if self.target.architecture != self.draft.architecture:
             raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="draft",
                               value=self.draft.name, allowed=f"a {self.target.architecture} model like the target")
@@ -152,8 +161,7 @@ class Deployment:
         if budget is not None and (self.measured_draft is not None or self.draft.architecture != "decoder"):
             raise ConfigError("a draft KV budget needs a decoder-only roofline draft", field=flag(
                 "draft_kv_budget_tokens"), value=budget, allowed="no measured draft table, a decoder-only draft")
-        return t, self._cost_model(self.draft, self.draft_tp_degree, self.measured_draft, flag("measured_draft"),
-                                   budget)
+        return self._cost_model(self.draft, self.draft_tp_degree, self.measured_draft, flag("measured_draft"), budget)
 
     def _head_cost_model(self):
         from specsim import methods
