@@ -30,6 +30,8 @@ Dollars: chips · price_usd_per_hour · walltime / 3600, and per million output 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from specsim.errors import ConfigError
@@ -66,7 +68,8 @@ def run_energy_j(hardware, tp: int, replicas: int, walltime_s: float, dur_s: np.
     else:
         u, dur_ok = step_utilisation(dur[ok], np.asarray(bytes_)[ok], np.asarray(flops)[ok], peak_bytes_s,
                                      peak_flops), dur[ok]
-    dynamic = (hardware.tdp_w - hardware.idle_w) * float(np.dot(u, dur_ok))
+    # math.fsum, not a BLAS dot: exactly rounded, hence the same on Intel and AMD and in any worker process
+    dynamic = (hardware.tdp_w - hardware.idle_w) * math.fsum(np.asarray(u, float) * dur_ok)
     return tp * replicas * hardware.idle_w * walltime_s + tp * dynamic
 
 

@@ -85,8 +85,8 @@ def walk(trace: Trace, gamma: int) -> dict:
         for t in range(width):
             start[:, t + 1:t + gamma + 2] += start[:, t:t + 1] * move[:, t, :]
         s = start[:, :width] * valid
-        reached += np.einsum("st,stk->k", s, reach[..., :gamma] * vpad[:, idx])
-        accepted += np.einsum("st,stk->k", s, reach[..., :gamma] * b)
+        reached += (s[..., None] * reach[..., :gamma] * vpad[:, idx]).sum(axis=(0, 1))  # no einsum: CPU-independent
+        accepted += (s[..., None] * reach[..., :gamma] * b).sum(axis=(0, 1))
         steps += float(s.sum())
     with np.errstate(invalid="ignore", divide="ignore"):
         by_pos = np.where(reached > 0, accepted / np.where(reached > 0, reached, 1.0), np.nan)

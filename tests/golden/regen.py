@@ -1,6 +1,7 @@
 """Regenerate the golden outputs: `.venv/bin/python tests/golden/regen.py` (from the repository root).
 
-Run it only when a change alters results on purpose, and say why in the commit.
+Run it only when a change alters results on purpose, and say why in the commit. It prints what moved in each file
+(`compare.describe`); `--check` prints the same and writes nothing (exit 1 if anything moved beyond the tolerance).
 """
 
 from __future__ import annotations
@@ -63,7 +64,21 @@ def outputs() -> dict[str, str]:
     return got
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
+    from compare import describe, text_diffs
+    check = "--check" in argv
+    moved_any = False
     for name, text in outputs().items():
-        (HERE / f"{name}.json").write_text(text)
-        print(f"wrote tests/golden/{name}.json ({len(text)} bytes)")
+        path = HERE / f"{name}.json"
+        old = path.read_text() if path.exists() else None
+        moved = text_diffs(old, text) if old is not None else [("<new file>", None, name)]
+        moved_any |= bool(moved)
+        print(describe(name, moved))
+        if not check and text != old:
+            path.write_text(text)
+            print(f"  wrote tests/golden/{name}.json ({len(text)} bytes)")
+    return 1 if check and moved_any else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
