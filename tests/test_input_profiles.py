@@ -242,7 +242,7 @@ def test_bad_profile_fields_are_refused_by_name(scratch, capsys, kind, old, new,
                                                                           "1, 2, 4, 8", "n_kv_heads"]),
     (["--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--tp", "16"], ["'tp'", "(got 16)", "chips_per_node = 8",
                                                                            "1..8"]),
-    (["--hardware", "tpu-v4", "--model", "t5-v1_1-xxl", "--tp", "8"], ["chips_per_node = 4"]),
+    (["--hardware", "a100-80gb", "--model", "chinchilla-70b", "--tp", "16"], ["chips_per_node = 8", "tp_domain_chips"]),
     (["--hardware", "h100-sxm", "--model", "smollm2-135m", "--tp", "2"], ["n_heads = 9", "1, 3"]),
     (["--hardware", "cpu-2core", "--model", "smollm2-135m", "--tp", "3"], ["interconnect"]),
 ])

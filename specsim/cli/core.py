@@ -33,7 +33,7 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
             "hardware": [{"name": h.name, "kind": h.kind, "peak_tflops": h.peak_tflops,
                           "memory_bandwidth_gb_s": h.memory_bandwidth_gb_s, "memory_capacity_gb": h.memory_capacity_gb,
                           "interconnect_bandwidth_gb_s": h.interconnect_bandwidth_gb_s,
-                          "chips_per_node": h.chips_per_node,
+                          "chips_per_node": h.chips_per_node, "max_tp": h.max_tp,
                           "default_stack": h.default_stack} for h in hw],
             "stacks": [s.model_dump() for s in st],
             "models": [{"name": m.name, "architecture": m.architecture, "params": m.total_params,
@@ -119,7 +119,8 @@ def roofline_cmd(
     batch: int = typer.Option(1, "--batch"),
     positions: str = typer.Option("1,2,4,8,16,32,64,128,256", "--positions", help="comma-separated"),
     context: int = typer.Option(0, "--context", help="KV entries already cached"),
-    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree (divides the heads; at most chips_per_node)"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree (divides the heads; at most the profile's max_tp: "
+                                                      "tp_domain_chips, else chips_per_node)"),
     stack: Optional[str] = typer.Option(None, "--stack", help=STACK_HELP),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:

@@ -36,7 +36,8 @@ Mode = Literal["ideal", "calibrated"]
 
 # vLLM's rule (QKVParallelLinear, MergedColumnParallelLinear): query heads and the FFN split evenly; KV heads split
 # evenly too, or, when tp exceeds n_kv_heads, each chip holds one replica of a KV head (tp a multiple of n_kv_heads).
-# A group spans at most one node (HardwareProfile.chips_per_node).
+# A group spans at most one TP domain (`HardwareProfile.max_tp`): the profile's tp_domain_chips where it states one
+# (a TPU slice over ICI), else one node (chips_per_node: a GPU board's NVLink domain).
 # A MoE model's experts split tp ways like the dense FFN (each expert's d_ff sharded on every chip, vLLM's FusedMoE
 # without expert parallelism, which specsim does not model), so tp must divide expert_d_ff too; MLA's one latent
 # "KV head" is kept whole on every chip (n_kv_heads = 1).
@@ -58,8 +59,8 @@ def _tp_problem(model: ModelProfile, tp: int) -> str | None:
 
 
 def valid_tp(model: ModelProfile, hardware: HardwareProfile) -> list[int]:
-    """Every tensor-parallel degree the model can be split into on one node of this hardware."""
-    return [t for t in range(1, hardware.chips_per_node + 1) if _tp_problem(model, t) is None]
+    """Every tensor-parallel degree the model can be split into within one TP domain of this hardware."""
+    return [t for t in range(1, hardware.max_tp + 1) if _tp_problem(model, t) is None]
 
 
 def check_tp(model: ModelProfile, hardware: HardwareProfile, tp) -> int:
@@ -74,9 +75,11 @@ def check_tp(model: ModelProfile, hardware: HardwareProfile, tp) -> int:
     if tp > 1 and hardware.interconnect_bandwidth_gb_s is None:
         raise ConfigError("tensor parallelism needs an interconnect", file=f"hardware profile {hardware.name}",
                           field="interconnect_bandwidth_gb_s", value=None, allowed="set it to use --tp > 1")
-    if tp > hardware.chips_per_node:
-        raise ConfigError(f"tensor parallelism spans one node: {hardware.name} has chips_per_node = "
-                          f"{hardware.chips_per_node}", field="tp", value=tp, allowed=f"1..{hardware.chips_per_node}")
+    if tp > hardware.max_tp:
+        span = f"chips_per_node = {hardware.chips_per_node}" if hardware.tp_domain_chips is None else \
+            f"tp_domain_chips = {hardware.tp_domain_chips}"
+        raise ConfigError(f"tensor parallelism spans one TP domain: {hardware.name} has {span}", field="tp", value=tp,
+                          allowed=f"1..{hardware.max_tp} (a profile sets tp_domain_chips to span more than a node)")
     problem = _tp_problem(model, tp)
     if problem:
         ok = ", ".join(map(str, valid_tp(model, hardware)))

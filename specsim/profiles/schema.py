@@ -66,14 +66,23 @@ class HardwareProfile(_Strict):
     memory_capacity_gb: float = Field(gt=0, le=1e5)
     interconnect_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=1e5)
     interconnect_latency_us: float | None = Field(default=None, ge=0, le=1e4)
-    chips_per_node: int = Field(default=1, ge=1, le=1024,
-                                description="chips one tensor-parallel group may span (a node, host or slice)")
+    chips_per_node: int = Field(default=1, ge=1, le=1024, description="chips in one node / host")
+    # Chips one tensor-parallel group may span: the chips one fast interconnect joins (a GPU's NVLink domain, a TPU
+    # slice's ICI torus). Unset = chips_per_node (a GPU node's NVLink domain is its board); `max_tp` reads it.
+    tp_domain_chips: int | None = Field(default=None, ge=1, le=65536,
+                                        description="chips one tensor-parallel group may span (unset: chips_per_node)")
     default_stack: str | None = Field(default=None, description="stack profile used in calibrated mode")
     # Cost and power (specsim.cost.power), per chip; optional: a result's $/Mtok or J/token is null without them.
     # A user prices their own contract or measured power by copying the profile TOML and editing these lines.
     price_usd_per_hour: float | None = Field(default=None, gt=0, le=1e4, description="on-demand price per chip")
     tdp_w: float | None = Field(default=None, gt=0, le=1e5, description="datasheet TDP / max board power per chip")
     idle_w: float | None = Field(default=None, ge=0, le=1e5, description="idle floor per chip (calibratable)")
+    # The power curve while the engine runs (specsim.cost.power: P = running_floor_w + (tdp_w − running_floor_w)·s/(1+s),
+    # s = power_mbu_weight·MBU + power_mfu_weight·MFU); fitted by `specsim calibrate-power`; all three or none (none:
+    # the curve fitted to the ML.ENERGY rows, in fractions of tdp_w, `cost.power.DEFAULT_CURVE`).
+    running_floor_w: float | None = Field(default=None, ge=0, le=1e5, description="a running engine's floor per chip")
+    power_mbu_weight: float | None = Field(default=None, ge=0, le=1e3, description="power curve: weight of MBU")
+    power_mfu_weight: float | None = Field(default=None, ge=0, le=1e3, description="power curve: weight of MFU")
     _floors = {"peak_tflops": 1e-6, "memory_bandwidth_gb_s": 1e-3, "memory_capacity_gb": 1e-3,
                "interconnect_bandwidth_gb_s": 1e-3, "price_usd_per_hour": 1e-6, "tdp_w": 1e-3}
 
@@ -87,6 +96,21 @@ class HardwareProfile(_Strict):
         if self.tdp_w is not None and self.idle_w > self.tdp_w:
             raise FieldError("the idle floor exceeds the maximum power", field="idle_w", value=self.idle_w,
                              allowed=f"<= tdp_w = {self.tdp_w:g}")
+        return self._power_curve()
+
+    def _power_curve(self) -> "HardwareProfile":
+        """The running curve's three figures come together, with tdp_w and idle_w, and its floor lies between them."""
+        curve = ("running_floor_w", "power_mbu_weight", "power_mfu_weight")
+        have = [k for k in curve if getattr(self, k) is not None]
+        if have and (len(have) < 3 or self.tdp_w is None):
+            lack = [k for k in curve + ("tdp_w",) if getattr(self, k) is None]
+            raise FieldError("the power curve needs all of its figures", field=lack[0], value=None,
+                             allowed="set running_floor_w, power_mbu_weight, power_mfu_weight, tdp_w and idle_w "
+                                     "together, or no curve figure")
+        if have and not self.idle_w <= self.running_floor_w <= self.tdp_w:
+            raise FieldError("a running engine's floor lies between the idle and the maximum power",
+                             field="running_floor_w", value=self.running_floor_w,
+                             allowed=f"idle_w = {self.idle_w:g} .. tdp_w = {self.tdp_w:g}")
         return self
 
     def peak_flops(self, dtype: str) -> float:
@@ -98,6 +122,11 @@ class HardwareProfile(_Strict):
     @property
     def bandwidth_bytes_s(self) -> float:
         return self.memory_bandwidth_gb_s * 1e9
+
+    @property
+    def max_tp(self) -> int:
+        """The largest tensor-parallel group: tp_domain_chips where the profile states it, else one node."""
+        return self.tp_domain_chips if self.tp_domain_chips is not None else self.chips_per_node
 
 
 class StackProfile(_Strict):

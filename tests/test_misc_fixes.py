@@ -1,0 +1,84 @@
+"""Issue 21, item 5: the smaller fixes, each held at its root.
+
+- A TPU slice is one tensor-parallel domain (`HardwareProfile.tp_domain_chips`, `max_tp`); a GPU node is still one.
+- hf-assisted prices the prompt passes from a measured table's prefill rows.
+- Help text is plain text: brackets survive rich's markup in every command's help.
+- `specsim --version` prints the installed version.
+- `why` never implies a gain when the simulated speedup is below 1.
+- The README's main command writes outside the tracked tree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_capsys
+from specsim import profiles as prof
+from specsim.cost.roofline import CostModel, check_tp, valid_tp
+from specsim.errors import ConfigError
+from specsim.profiles.schema import HardwareProfile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- TPU slices as a TP domain -----------------------------------------------------------------------------------
+
+def test_tpu_v4_slice_runs_chinchilla_70b_at_tp_16(capsys):
+    """Chen et al. 2023 served Chinchilla 70B on 16 TPU v4 chips: 4 hosts, one ICI slice."""
+    code, out, err = cli_capsys(capsys, "roofline", "--hardware", "tpu-v4", "--model", "chinchilla-70b", "--tp", "16",
+                                "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["tp"] == 16 and r["model"] == "chinchilla-70b"
+    one = CostModel(prof.model("chinchilla-70b"), prof.hardware("tpu-v4"), tp=1)
+    assert r["passes"][0]["bytes"] == pytest.approx(one.pass_bytes(1, 1, 0) / 16, rel=1e-3)  # weights split 16 ways
+
+
+@pytest.mark.parametrize("hw", ["h100-sxm", "a100-80gb", "h200", "mi300x"])
+def test_an_eight_gpu_node_still_refuses_tp_16(capsys, hw):
+    code, out, err = cli_capsys(capsys, "roofline", "--hardware", hw, "--model", "chinchilla-70b", "--tp", "16")
+    assert code == 2 and out == ""
+    line = err.strip()
+    assert "\n" not in line and "Traceback" not in line
+    for needle in ("'tp'", "(got 16)", "chips_per_node = 8", "1..8", "tp_domain_chips"):
+        assert needle in line, (needle, line)
+
+
+def test_the_tp_domain_defaults_to_the_node_and_a_profile_may_widen_it():
+    for name in prof.list_names(prof.HARDWARE_DIR):
+        hw = prof.hardware(name)
+        assert hw.max_tp == (hw.tp_domain_chips or hw.chips_per_node)
+        if hw.kind == "gpu":  # an NVLink / PCIe domain is the node: no GPU profile widens it
+            assert hw.tp_domain_chips is None and hw.max_tp == hw.chips_per_node
+    tpu = prof.hardware("tpu-v4")
+    assert (tpu.chips_per_node, tpu.tp_domain_chips, tpu.max_tp) == (4, 4096, 4096)
+    chin = prof.model("chinchilla-70b")
+    assert valid_tp(chin, tpu) == [1, 2, 4, 8, 16, 32, 64]  # the 64 heads bound the slice, not the host
+    assert check_tp(chin, tpu, 16) == 16
+    with pytest.raises(ConfigError, match="tp_domain_chips = 4096"):
+        check_tp(chin, tpu, 8192)
+    narrow = tpu.model_copy(update={"tp_domain_chips": 8})
+    with pytest.raises(ConfigError, match=r"tp_domain_chips = 8 .*1\.\.8"):
+        check_tp(chin, narrow, 16)
+
+
+@pytest.mark.parametrize("value, needle", [(0, "greater than or equal"), (8.0, "integer"), ("16", "integer"),
+                                           (True, "integer"), (10 ** 6, "less than or equal")])
+def test_a_bad_tp_domain_is_refused(value, needle):
+    d = prof.hardware("tpu-v4").model_dump(exclude_none=True)
+    with pytest.raises(Exception) as e:
+        HardwareProfile(**{**d, "tp_domain_chips": value})
+    assert "tp_domain_chips" in str(e.value) and needle in str(e.value).lower()
+
+
+def test_every_tp_domain_line_carries_its_source():
+    text = (ROOT / "hardware_profiles" / "tpu-v4.toml").read_text()
+    block = text[:text.index("tp_domain_chips = 4096")]
+    for needle in ("ICI", "3D torus", "4096 chips", "Jouppi", "Chen et al. 2023"):
+        assert needle in block[-900:], needle
