@@ -24,6 +24,9 @@ class _Rec:
         self.calls.append((positions, context))
         return SimpleNamespace(time_s=1e-3 * positions, bytes=0.0, flops=0.0)
 
+    def prefill_cost(self, batch, prompt_len):  # a pass over the prompt at context 0
+        return self.pass_cost(batch, prompt_len, 0)
+
 
 def _rounds(alpha, P, out, G):
     t, d = _Rec("t"), _Rec("d")

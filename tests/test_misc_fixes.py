@@ -82,3 +82,46 @@ def test_every_tp_domain_line_carries_its_source():
     block = text[:text.index("tp_domain_chips = 4096")]
     for needle in ("ICI", "3D torus", "4096 chips", "Jouppi", "Chen et al. 2023"):
         assert needle in block[-900:], needle
+
+
+# --- hf-assisted reads a measured table's prefill rows -----------------------------------------------------------
+
+def _table(path: Path, decode_s: float, prefill_s_per_token: float | None) -> Path:
+    """A measured table: decode rows t = decode_s·(1 + 0.02 P + 0.0005 L); prefill rows (if any) t = k·P."""
+    rows = ["kind,batch,positions,context,time_s"]
+    rows += [f"decode,1,{p},{c},{decode_s * (1 + 0.02 * p + 0.0005 * c)!r}" for p in (1, 2, 4, 8, 16, 64, 128)
+             for c in (0, 256, 1024)]
+    if prefill_s_per_token is not None:
+        rows += [f"prefill,1,{p},0,{prefill_s_per_token * p!r}" for p in (16, 64, 128)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _hf_run(capsys, tmp_path, with_prefill: bool, profile: str = "hf-assisted") -> dict:
+    t = _table(tmp_path / f"t{with_prefill}.csv", 0.05, 0.01 if with_prefill else None)
+    d = _table(tmp_path / f"d{with_prefill}.csv", 0.01, 0.002 if with_prefill else None)
+    code, out, err = cli_capsys(capsys, "simulate", "--hardware", "cpu-2core", "--target", "qwen2.5-coder-1.5b",
+                                "--draft", "qwen2.5-coder-0.5b", "--alpha", "0.7", "--gamma", "3", "--batch", "1",
+                                "--requests", "4", "--prompt-len", "64", "--output-len", "16", "--engine-profile",
+                                profile, "--measured-target", t, "--measured-draft", d, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_hf_assisted_prices_prompt_passes_from_measured_prefill_rows(capsys, tmp_path):
+    r = _hf_run(capsys, tmp_path, True)
+    # the baseline's prefill: the prefill row at P = 64, 0.01 s per token (the decode grid would say 0.114 s)
+    assert r["baseline_ttft_mean_s"] == pytest.approx(0.64, rel=1e-12)
+    # round 1: the draft's prompt pass (prefill row, 0.002 × 64) + γ − 1 = 2 decode passes at contexts 64, 65
+    # + the target's fused pass over P + γ = 67 positions at context 0 (prefill rows, 0.01 × 67)
+    draft_steps = sum(0.01 * (1 + 0.02 + 0.0005 * c) for c in (64, 65))
+    assert r["ttft_mean_s"] == pytest.approx(0.002 * 64 + draft_steps + 0.01 * 67, rel=1e-9)
+    plain = _hf_run(capsys, tmp_path, False)  # no prefill rows: the decode grid prices the prompt passes
+    assert plain["baseline_ttft_mean_s"] == pytest.approx(0.05 * (1 + 0.02 * 64), rel=1e-9)
+    assert r["ttft_mean_s"] > 4 * plain["ttft_mean_s"]
+
+
+def test_hf_assisted_and_specsim_price_the_same_baseline_prefill(capsys, tmp_path):
+    """The two profiles read one table the same way for the plain prefill."""
+    hf, ours = _hf_run(capsys, tmp_path, True), _hf_run(capsys, tmp_path, True, "specsim")
+    assert hf["baseline_ttft_mean_s"] == pytest.approx(ours["baseline_ttft_mean_s"], rel=1e-9)

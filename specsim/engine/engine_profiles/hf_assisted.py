@@ -21,6 +21,10 @@ tests/test_hf_assisted_vs_transformers.py holds these rules against the installe
 
 Round 1's tokens are recorded as output token 0 plus a step row of n accepted at the same time, so τ and the
 acceptance metrics count the first round; one ITL gap per request is 0.
+
+Passes over the prompt at context 0 (the draft's first pass, the target's fused round-1 pass over P + γ positions,
+the baseline's prefill) are priced by the cost model's `prefill_cost`, so a measured table's `kind=prefill` rows
+price them as they price the specsim profile's prefills; the roofline's decoder prefill is the same pass either way.
 """
 
 from __future__ import annotations
@@ -52,14 +56,20 @@ def _refuse(cfg, wl, costs) -> None:
 
 
 class _Passes:
-    """Cached pass times (and bytes, FLOPs) of one model at batch 1."""
+    """Cached pass times (and bytes, FLOPs) of one model at batch 1: `at` a cached context, `prompt` over a prompt
+    at context 0 (the cost model's prefill_cost: a measured table's prefill rows where it has them)."""
 
     def __init__(self, cm):
         self.cm = cm
         self.at = lru_cache(maxsize=1 << 16)(self._at)
+        self.prompt = lru_cache(maxsize=1 << 12)(self._prompt)
 
     def _at(self, positions: int, context: int):
         c = self.cm.pass_cost(1, positions, context)
+        return c.time_s, c.bytes, c.flops
+
+    def _prompt(self, positions: int):
+        c = self.cm.prefill_cost(1, positions)
         return c.time_s, c.bytes, c.flops
 
 
@@ -72,14 +82,14 @@ def _request(i: int, P: int, out: int, G: int, t: _Passes, d: _Passes, acc):
         g = min(G, end - cur - 1)
         first = cur == P
         if g == 0:
-            tt = t.at(P if first else 1, 0 if first else cur - 1)
+            tt = t.prompt(P) if first else t.at(1, cur - 1)
             rounds.append((tt[0], tt[1], tt[2], 0, 0))
             cur += 1
             pos += 1
             continue
-        parts = [d.at(P, 0) if first else d.at(2, cur - 2)]
+        parts = [d.prompt(P) if first else d.at(2, cur - 2)]
         parts += [d.at(1, cur + j) for j in range(g - 1)]
-        parts.append(t.at(P + g, 0) if first else t.at(g + 1, cur - 1))
+        parts.append(t.prompt(P + g) if first else t.at(g + 1, cur - 1))
         n = accepted_in_step(acc, gen, g, pos)
         rounds.append((sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts), g, n))
         cur += n + 1
@@ -119,6 +129,6 @@ def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
     t, d = _Passes(costs.target), _Passes(costs.draft)
     P, out = wl.prompt_len.tolist(), wl.output_len.tolist()
     spec = [_request(i, P[i], out[i], policy.gamma, t, d, acc) for i in range(wl.n)]
-    base = [[t.at(P[i], 0) + (0, 0)] + [t.at(1, P[i] + k - 1) + (0, 0) for k in range(1, out[i])]
+    base = [[t.prompt(P[i]) + (0, 0)] + [t.at(1, P[i] + k - 1) + (0, 0) for k in range(1, out[i])]
             for i in range(wl.n)]
     return _records(wl, spec, True), _records(wl, base, False), {"engine": "hf-assisted"}
