@@ -7,9 +7,12 @@ User errors (SpecsimError, and Typer's own usage errors) become one line on stde
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 import sys
 
 import typer
+from typer.models import ParameterInfo
 
 from specsim.errors import SpecsimError
 
@@ -31,7 +34,50 @@ def _register_all() -> None:
         mod.register(app)
 
 
+# Help text is plain text, but typer renders it as rich markup, where "[fixed]" is a style tag and vanishes. Rich's
+# own escape (rich.markup.escape, same tag pattern) is not idempotent; this one skips a bracket already escaped, so
+# help that a command escaped itself (cli/sim.py) is left as it is.
+_MARKUP_TAG = re.compile(r"(?<!\\)(\[[a-z#/@][^[]*?])")
+
+
+def plain_help(text: str | None) -> str | None:
+    """`text` as rich shows it verbatim: every markup-looking [tag] escaped once."""
+    return None if text is None else _MARKUP_TAG.sub(lambda m: "\\" + m.group(1), text)
+
+
+def _escape_help(t: typer.Typer) -> None:
+    """Every help text of a typer app (commands, their options and arguments, sub-apps) as plain text."""
+    t.info.help = plain_help(t.info.help if isinstance(t.info.help, str) else None) or t.info.help
+    for cmd in t.registered_commands:
+        cmd.help = plain_help(cmd.help if cmd.help is not None else inspect.getdoc(cmd.callback))
+        for p in inspect.signature(cmd.callback).parameters.values():
+            if isinstance(p.default, ParameterInfo) and isinstance(p.default.help, str):
+                p.default.help = plain_help(p.default.help)
+    for group in t.registered_groups:
+        if isinstance(group.help, str):
+            group.help = plain_help(group.help)
+        _escape_help(group.typer_instance)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"specsim {version('specsim')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            print("specsim (not installed: no package metadata; pip install -e .)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="print specsim's version (from the installed package) and exit")):
+    """Performance simulator for speculative decoding (Leviathan et al., ICML 2023)."""
+
+
 _register_all()
+_escape_help(app)
 
 
 def _given_value(opts: list[str], argv: list[str]) -> str | None:
@@ -78,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         return (130)
     except Exception as e:  # click usage errors
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (or typer's vendored) usage errors
-            print(f"specsim: error: {_usage_line(e, argv)}", file=sys.stderr)
+            line = _usage_line(e, argv)
+            if line:  # click's no-args-is-help "error" has no message: the help it printed is the answer
+                print(f"specsim: error: {line}", file=sys.stderr)
             return (2)
         raise
     return (0)
