@@ -202,3 +202,12 @@ def test_version_from_the_installed_entry_point():
         pytest.skip("no console script beside this interpreter")
     r = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == f"specsim {version('specsim')}"
+
+
+def test_tables_show_brackets_as_written(capsys):
+    from specsim.cli.output import table
+
+    table("plan [fixed]", ["name", "value"], [["[slo]", "[bold]x[/bold]"]], caption="see [search]")
+    out = capsys.readouterr().out
+    for needle in ("plan [fixed]", "[slo]", "[bold]x[/bold]", "see [search]"):
+        assert needle in out, needle

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def _clean(x: Any) -> Any:
@@ -27,11 +28,13 @@ def emit_json(obj: dict) -> None:
 
 
 def table(title: str, columns: list[str], rows: Iterable[Iterable[Any]], caption: str | None = None) -> None:
-    t = Table(title=title, caption=caption)
+    """A rich table of plain text: a cell, title or caption such as "[fixed]" or a user's file name is shown as
+    written, never read as rich markup."""
+    t = Table(title=Text(title), caption=None if caption is None else Text(caption))
     for c in columns:
-        t.add_column(c, justify="right" if c not in ("name", "model", "hardware", "draft", "kind") else "left")
+        t.add_column(Text(c), justify="right" if c not in ("name", "model", "hardware", "draft", "kind") else "left")
     for r in rows:
-        t.add_row(*[fmt(v) for v in r])
+        t.add_row(*[Text(fmt(v)) for v in r])
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # piped or captured: do not wrap tables at 80 columns
