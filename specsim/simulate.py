@@ -103,7 +103,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     summary["engine_profile"] = cfg.engine.engine_profile
     summary.update(_method_keys(cfg, costs))
     summary.update(extra)
-    summary.update(_why(cfg, costs, wl, summary))
+    summary.update(_why(cfg, costs, wl, summary, spec.step_gamma))
     return SimResult(cfg, summary, wl, spec, base)
 
 
@@ -194,9 +194,10 @@ def _method_keys(cfg, costs: StepCosts) -> dict:
     return methods.get(cfg.speculation.method).summary(costs.draft)
 
 
-def _why(cfg, costs: StepCosts, wl: Workload, out: dict) -> dict:
+def _why(cfg, costs: StepCosts, wl: Workload, out: dict, step_gammas=None) -> dict:
     """`why`: one line on what makes speculation lose (`specsim.cost.explain.explain_step`), only when the
-    simulated speedup is below 1 and the roofline prices the passes, at the run's mean batch and mean context."""
+    simulated speedup is below 1 and the roofline prices the passes, at the run's mean batch and mean context and
+    the γ its steps ran (`step_gammas`, the records' batch-largest γ per step)."""
     s, tau = out.get("speedup"), out.get("tokens_per_target_run")
     if s is None or s >= 1.0 or tau is None or cfg.deployment.fixed_c is not None \
             or not hasattr(costs.target, "pass_cost") or cfg.engine.engine_profile != "specsim":
@@ -206,7 +207,7 @@ def _why(cfg, costs: StepCosts, wl: Workload, out: dict) -> dict:
     batch = max(1, int(round(out.get("batch_mean") or 1)))
     context = float(np.mean(wl.prompt_len) + np.mean(wl.output_len) / 2)
     return {"why": explain_step(costs, batch=batch, gamma=cfg.speculation.gamma, context=context,
-                                tokens_per_step=tau, speedup=s, alpha=out["alpha"]).line}
+                                tokens_per_step=tau, speedup=s, alpha=out["alpha"], step_gammas=step_gammas).line}
 
 
 def _ratio(a, b):

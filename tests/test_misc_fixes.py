@@ -211,3 +211,56 @@ def test_tables_show_brackets_as_written(capsys):
     out = capsys.readouterr().out
     for needle in ("plan [fixed]", "[slo]", "[bold]x[/bold]", "see [search]"):
         assert needle in out, needle
+
+
+# --- `why` never implies a gain when the speedup is below 1 ------------------------------------------------------
+
+def _per_step(line: str) -> float:
+    return float(re.search(r"([\d.]+)× per step", line).group(1))
+
+
+def test_the_readme_heuristic_example_is_priced_at_the_gamma_its_steps_ran(tmp_path):
+    """README's `--policy heuristic --rate 8` example lost 0.59× with a line whose own figures paid (τ = 2.73 tokens
+    for 1.24 + 1.00 decode steps): it priced γ = 4 while heuristic's batch steps drafted their largest γ, ~10.5."""
+    from conftest import cli_redirect
+    from specsim.simulate import make_config, run
+
+    trace = tmp_path / "clustered.parquet"
+    code = cli_redirect("trace", "synth", "--kind", "markov", "--alpha", "0.7", "--stretch", "20", "--out", trace)[0]
+    assert code == 0
+    r = run(make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", gamma=4, trace=str(trace),
+                        policy="heuristic", rate=8.0, requests=500))
+    assert r["speedup"] < 1
+    ran = r["draft_passes"] / r["target_runs"]
+    assert ran > 8  # the steps drafted far more than γ = 4
+    assert f"γ = {ran:.2f} on average" in r["why"]
+    assert _per_step(r["why"]) < 1 and "by draft cost" in r["why"]
+
+
+@pytest.mark.parametrize("drafting, verify, tau, speedup", [(1.24, 1.0, 2.73, 0.59), (0.5, 1.0, 1.2, 0.99),
+                                                             (3.27, 1.0, 2.73, 0.59), (0.2, 2.5, 2.0, 0.7),
+                                                             (0.3, 1.0, 2.5, 1.4)])
+def test_a_line_never_implies_a_gain_below_one(drafting, verify, tau, speedup):
+    from specsim.cost.explain import _why
+
+    w = _why(drafting, f"drafting {drafting:.2f} decode steps", verify, ("verification cost", "x"), speedup,
+             "at batch 1", tau)
+    paid = tau / (drafting + verify)
+    if speedup < 1:
+        assert w.line.startswith("speculation loses")
+        if paid >= 1:  # the step pays, so the loss is named as lying outside it
+            assert w.reason == "load, not the step" and "outside the decode step" in w.line
+            assert f"{paid:.2f}× per step" in w.line and " by " not in w.line
+        else:
+            assert _per_step(w.line) < 1 and " by " in w.line
+    else:
+        assert w.line.startswith("speculation is limited") and _per_step(w.line) == pytest.approx(paid, abs=0.01)
+
+
+def test_a_fixed_gamma_run_is_priced_at_its_gamma():
+    from specsim.simulate import make_config, run
+
+    r = run(make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.2, gamma=6,
+                        requests=64))
+    assert r["speedup"] < 1 and "γ = 6" in r["why"] and "on average" not in r["why"]
+    assert _per_step(r["why"]) < 1
