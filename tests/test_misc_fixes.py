@@ -264,3 +264,50 @@ def test_a_fixed_gamma_run_is_priced_at_its_gamma():
                         requests=64))
     assert r["speedup"] < 1 and "γ = 6" in r["why"] and "on average" not in r["why"]
     assert _per_step(r["why"]) < 1
+
+
+def test_the_readme_rate_example_gains_and_says_no_why(tmp_path):
+    """The README's `--policy ... --rate 8` line (after `...` = the line above it) must show a gain."""
+    from conftest import cli_redirect
+    from specsim.simulate import make_config, run
+
+    readme = (ROOT / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("specsim simulate ... --trace"))
+    assert "--policy heuristic" not in line and "--rate 8" in line
+    policy = re.search(r"--policy (\w+)", line).group(1)
+    trace = tmp_path / "clustered.parquet"
+    code = cli_redirect("trace", "synth", "--kind", "markov", "--alpha", "0.7", "--stretch", "20", "--out", trace)[0]
+    assert code == 0
+    r = run(make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", gamma=4, trace=str(trace),
+                        policy=policy, rate=8.0, requests=500))
+    assert r["speedup"] > 1 and "why" not in r
+    claimed = float(re.search(r"# ([\d.]+)×", line).group(1))
+    assert r["speedup"] == pytest.approx(claimed, abs=0.005)
+
+
+# --- the README's main command writes outside the tracked tree -----------------------------------------------------
+
+def _git(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_readme_main_command_and_compare_default_write_to_ignored_folders():
+    import typer
+
+    from specsim.cli import app
+
+    if _git("rev-parse", "--is-inside-work-tree").returncode != 0:
+        pytest.skip("not a git checkout")
+    readme = (ROOT / "README.md").read_text()
+    main_cmd = re.search(r"\.venv/bin/specsim compare --out (\S+)", readme).group(1)
+    compare = typer.main.get_command(app).commands["compare"]
+    default = next(p.default for p in compare.params if p.name == "out")
+    for out in (main_cmd, default):
+        assert not out.startswith("experiments/"), out
+        for name in ("compare.csv", "compare.png"):
+            assert _git("check-ignore", "-q", f"{out}/{name}").returncode == 0, (out, name)
+        assert _git("ls-files", out).stdout == ""  # nothing tracked there
+    # the committed copy is tracked and has its explicit, documented regenerating command
+    assert _git("ls-files", "experiments/results/compare/compare.csv").stdout.strip()
+    script = (ROOT / "experiments" / "compare.py").read_text()
+    assert '"experiments" / "results" / "compare"' in script and "experiments/compare.py" in readme

@@ -149,7 +149,8 @@ def roofline_cmd(
 
 
 def compare_cmd(
-    out: str = typer.Option("experiments/results/compare", "--out", help="folder for compare.csv and compare.png"),
+    out: str = typer.Option("results/compare", "--out", help="folder for compare.csv and compare.png (default "
+                            "results/compare, gitignored; experiments/compare.py regenerates the committed copy)"),
     simulate: bool = typer.Option(True, "--simulate/--no-simulate", help="run the engine beside eq. (5)"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
