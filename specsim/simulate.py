@@ -188,10 +188,11 @@ def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: d
 
 
 def _method_keys(cfg, costs: StepCosts) -> dict:
-    """method and its host time per lookup (`Method.summary`)."""
+    """method and its host time per lookup (`Method.summary`); a speculative config's ignored keys, if any."""
     from specsim import methods
+    from specsim.methods.spec_config import summary_keys
 
-    return methods.get(cfg.speculation.method).summary(costs.draft)
+    return {**methods.get(cfg.speculation.method).summary(costs.draft), **summary_keys(cfg)}
 
 
 def _why(cfg, costs: StepCosts, wl: Workload, out: dict, step_gammas=None) -> dict:

@@ -1,4 +1,5 @@
-"""`--speculative-config '{...}'` in vLLM's shape, on simulate, sweep (the `method` field) and choose-draft."""
+"""`--speculative-config '{...}'` in vLLM's shape, on simulate, sweep (the `method` field) and choose-draft
+(pasted configs — repo ids, ignored keys, disable_by_batch_size — in test_pasted_config.py)."""
 
 import json
 
@@ -106,10 +107,14 @@ def test_choose_draft_takes_a_speculative_config(capsys):
     rows = {d["method"]: d for d in json.loads(out)["drafts"]}
     assert rows["eagle3"]["draft"] == "eagle3-llama-3.1-8b" and rows["eagle3"]["rank"] == 1
     assert rows["draft_model"]["rank"] == 2
-    code, _, err = run(capsys, "choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b",
-                       "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3, "alpha": 0.7}',
-                       "--json")
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "num_speculative_tokens" in err
+    # a pasted config's num_speculative_tokens is its configured γ: still searched, its speedup reported beside
+    code, out, err = run(capsys, "choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b",
+                         "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3, "alpha": 0.7}',
+                         "--batch", "1", "--gamma-max", "3", "--requests", "8", "--json")
+    assert code == 0, err
+    row = json.loads(out)["drafts"][0]
+    assert row["configured_gamma"] == 3 and row["points"][0]["speedup_at_configured_gamma"] == \
+        row["points"][0]["speedup_by_gamma"][2]
 
 
 def test_parse_refuses_without_a_method_or_model():

@@ -87,13 +87,10 @@ def _method_candidate(text: str, target: str, hardware: str):
     from dataclasses import replace
 
     from specsim.methods.heads import shipped_head_name
-    from specsim.methods.spec_config import FLAG, parse
+    from specsim.methods.spec_config import FLAG, choose_ignored, parse
     from specsim.studies.choose import parse_draft
 
-    spec = parse(text, extra_keys=("alpha", "trace", "tree_topk_acceptance"))
-    if "gamma" in spec:
-        raise ConfigError("choose-draft searches γ; drop num_speculative_tokens (use --gamma-max)",
-                          field=f"{FLAG}.num_speculative_tokens", value=spec["gamma"], allowed="no such key here")
+    spec = parse(text, extra_keys=("alpha", "trace", "tree_topk_acceptance"), target=target)
     if ("alpha" in spec) == ("trace" in spec):
         raise ConfigError('give the candidate\'s acceptance: exactly one of "alpha" and "trace"', field=FLAG,
                           value=text, allowed='e.g. {"method": "eagle3", "alpha": 0.8}')
@@ -110,7 +107,8 @@ def _method_candidate(text: str, target: str, hardware: str):
         raise ConfigError("belongs to a tree: give speculative_token_tree", field=f"{FLAG}.tree_topk_acceptance",
                           value=topk)
     d = replace(d, text=text, method=spec["method"], draft_tp=spec.get("draft_tp"),
-                tree=spec.get("speculative_token_tree"), tree_topk=None if topk is None else tuple(topk))
+                tree=spec.get("speculative_token_tree"), tree_topk=None if topk is None else tuple(topk),
+                configured_gamma=spec.get("gamma"), ignored=choose_ignored(text))
     if d.tree is not None:
         from specsim.simulate import make_config
 

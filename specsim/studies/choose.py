@@ -14,6 +14,8 @@ is run at each γ in 1..gamma_max against the paired no-speculation baseline. Pe
 - break-even load = the smallest measured load where no γ gives speedup ≥ 1 (None = none within the range);
   `why` (batch mode, present only then) = one line from `specsim.cost.explain` at the break-even batch, or for a
   mixture-of-experts target at the first batch: draft cost, compute-bound verification or experts woken.
+A candidate given as a vLLM speculative config (`--speculative-config`) that sets num_speculative_tokens still has
+γ searched; its configured γ and the speedup at it (per point, and averaged) are reported beside the advice.
 Drafts are ranked by the realized speedup averaged over the load points (ties: the speedup at the first load).
 Memory: weights of target + draft plus the KV reservation of every concurrent request (steptime.Memory: prompt +
 output + γ_max + 1 positions, cross-attention K/V for encoder-decoders) must fit per chip. In batch mode a load
@@ -52,6 +54,9 @@ class DraftSpec:
     draft_tp: int | None = None  # the draft's TP degree (vLLM's draft_tensor_parallel_size); None = the target's
     tree: str | None = None  # a token tree (speculative_token_tree): its depth is γ, so no γ is searched
     tree_topk: tuple | None = None  # its tree_topk_acceptance
+    configured_gamma: int | None = None  # the γ the pasted config runs (num_speculative_tokens): still searched,
+    # and its own speedup reported beside the recommendation
+    ignored: tuple[str, ...] = ()  # the config's keys that change nothing here (`spec_config.choose_ignored`)
 
     def tree_nodes(self) -> int:
         """Verified positions beyond the root: the tree's nodes (0 without a tree)."""
@@ -154,7 +159,8 @@ def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int
     for g in ([None] if spec.tree is not None else range(1, gamma_max + 1)):  # a tree's depth is its one γ
         kw = dict(base, draft=spec.model, method=spec.method, draft_tp=spec.draft_tp)
         if g is None:
-            kw.update(speculative_token_tree=spec.tree, tree_topk_acceptance=spec.tree_topk)
+            kw.update(speculative_token_tree=spec.tree, tree_topk_acceptance=spec.tree_topk,
+                      gamma=spec.configured_gamma)  # a tree's γ is its depth: a configured one must agree
         else:
             kw["gamma"] = g
         kw.update(alpha=spec.alpha if spec.trace is None else None, trace=spec.trace)
@@ -169,7 +175,9 @@ def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int
     best = by_gamma[i]
     g_best = int(best["gamma"])
     rec = g_best if s[i] > 1.0 else 0
-    return {"load": load, "fits": True, "best_gamma": g_best, "best_speedup": float(s[i]),
+    mine = {} if spec.configured_gamma is None else \
+        {"speedup_at_configured_gamma": float(s[0] if spec.tree is not None else s[spec.configured_gamma - 1])}
+    return {**mine, "load": load, "fits": True, "best_gamma": g_best, "best_speedup": float(s[i]),
             "recommended_gamma": rec, "realized_speedup": float(s.max()) if rec else 1.0,
             "max_speedup": float(s.max()), "speedup_eq5_at_best": best["speedup_eq5"],
             "tokens_per_target_run": best["tokens_per_target_run"],
@@ -252,6 +260,11 @@ def _checked_inputs(drafts, gamma_max, tp) -> list:
     specs = [_as_spec(d) for d in drafts]
     if not specs:
         raise ConfigError("no draft given", field="--draft", allowed=_FORMAT)
+    for spec in specs:
+        if spec.configured_gamma is not None and spec.tree is None and spec.configured_gamma > gamma_max:
+            raise ConfigError(f"the configured γ is beyond the search (--gamma-max {gamma_max})",
+                              field="--speculative-config.num_speculative_tokens", value=spec.configured_gamma,
+                              allowed=f"1..{gamma_max}, or a larger --gamma-max")
     return specs
 
 
@@ -277,7 +290,7 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
            **({"tree": spec.tree, "tree_nodes": spec.tree_nodes()} if spec.tree is not None else {}),
            "alpha_source": "trace" if spec.trace else "given", "memory": dict(mem, fits=not lines,
                                                                               message=lines[0] if lines else None),
-           "fits": bool(sims), "points": points,
+           **_configured(spec, points), "fits": bool(sims), "points": points,
            "bands": bands(loads, [p["recommended_gamma"] for p in points], kind),
            "break_even": below[0] if below else None,
            "mean_realized_speedup": float(np.mean([p["realized_speedup"] for p in points])),
@@ -289,6 +302,17 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
     if why:  # only then: a dense target that wins everywhere keeps its output as it was
         row["why"] = why
     return row
+
+
+def _configured(spec: DraftSpec, points: list) -> dict:
+    """A pasted config's own γ (num_speculative_tokens) and its speedup averaged over the load points that fit; the
+    keys it gave that change nothing here."""
+    out = {"speculative_config_ignored": list(spec.ignored)} if spec.ignored else {}
+    if spec.configured_gamma is None:
+        return out
+    got = [p["speedup_at_configured_gamma"] for p in points if p["fits"]]
+    return {**out, "configured_gamma": spec.configured_gamma,
+            "mean_speedup_at_configured_gamma": float(np.mean(got)) if got else None}
 
 
 def _why(dep, kind: str, points: list, alpha: float, prompt_len: int) -> str | None:

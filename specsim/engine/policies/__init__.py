@@ -7,11 +7,13 @@ other requests idle through the extra draft passes and pad the verification pass
 static-shape serving engines do).
 
 A new policy is one module here with a `Policy` subclass (its `build` classmethod makes it from the config) and
-one entry in POLICIES (plus its name in `specsim.config.Policy`).
+one entry in POLICIES (plus its name in `specsim.config.Policy`). vLLM's `disable_by_batch_size` is a rule over
+whichever policy runs (`disable_by_batch.wrap`, applied by `make_policy`).
 """
 
 from __future__ import annotations
 
+from specsim.engine.policies import disable_by_batch
 from specsim.engine.policies.bands import BandsPolicy
 from specsim.engine.policies.base import Baseline, Policy, Step
 from specsim.engine.policies.fixed import FixedPolicy
@@ -33,4 +35,4 @@ def make_policy(name: str, gamma: int, alpha: float, c: float, cfg=None) -> Poli
     if cls is None:
         from specsim.errors import ConfigError
         raise ConfigError("unknown policy", field="policy", value=name, allowed=", ".join(POLICIES))
-    return cls.build(gamma, alpha, c, cfg)
+    return disable_by_batch.wrap(cls.build(gamma, alpha, c, cfg), cfg)  # vLLM's disable_by_batch_size, if set
