@@ -11,7 +11,8 @@ profiles by one rule each, and then yields:
 
 The stack rule, the same for every command (simulate, compare, choose-draft, roofline, calibrate's base, the
 sweep): no stack (or 'default') = the hardware's `default_stack` (the idealized roofline when it names none);
-'ideal' = the idealized roofline; anything else = that stack profile's name or TOML path.
+'ideal' = the idealized roofline; 'vllm', 'sglang', 'trtllm' (or 'vllm@0.24.0') = measured kernels of that
+engine on this hardware (`specsim.cost.measured_stack`); anything else = that stack profile's name or TOML path.
 The draft's TP degree defaults to the target's (`draft_tp`, vLLM's draft_tensor_parallel_size): the draft's cost
 model, its TP checks and its share of the weights and KV per chip follow it.
 
@@ -33,12 +34,18 @@ from specsim.profiles import loader
 from specsim.profiles.schema import HardwareProfile, ModelProfile, StackProfile
 
 DEFAULT_STACK = "default"  # spelled out: the same as giving no stack
-STACK_HELP = ("software-stack profile name or TOML path; 'ideal' = the idealized roofline; default: the "
-              "hardware's default_stack")
+STACK_HELP = ("software-stack profile name or TOML path; 'ideal' = the idealized roofline; 'vllm', 'sglang', "
+              "'trtllm' (@version) = measured kernels; default: the hardware's default_stack")
 
 
-def resolve_stack(hardware: HardwareProfile, name: str | None) -> StackProfile:
+def resolve_stack(hardware: HardwareProfile | None, name: str | None) -> StackProfile:
     """The one stack rule (see the module docstring)."""
+    from specsim.cost import kernels_db
+
+    if kernels_db.parse_stack(name) is not None:  # 'vllm', 'sglang', 'trtllm' (@version): measured kernels
+        from specsim.cost.measured_stack import measured_stack
+
+        return measured_stack(hardware, name)
     if name is None or name == DEFAULT_STACK:
         return loader.stack(hardware.default_stack)  # None -> the idealized roofline
     return loader.stack(name)
@@ -67,6 +74,12 @@ def file_digest(path: str) -> str:
     return _FILE_DIGESTS[key]
 
 
+def _measured_name(name) -> bool:
+    from specsim.cost import kernels_db
+
+    return kernels_db.parse_stack(name) is not None
+
+
 def _head(name):
     from specsim.methods import heads
 
@@ -88,7 +101,8 @@ def load_profile(role: str, name, hardware: HardwareProfile | None = None):
     """The profile for one role (hardware, stack, target, draft, head) by the loader; an unknown *name* is refused
     naming the role, not the kind ("unknown draft profile"). A stack follows `resolve_stack` on `hardware`; a
     draft may be a model or a head profile."""
-    load = (lambda n: resolve_stack(hardware, n)) if role == "stack" and hardware is not None else _LOADERS[role]
+    load = (lambda n: resolve_stack(hardware, n)) if role == "stack" and (
+        hardware is not None or _measured_name(name)) else _LOADERS[role]
     try:
         return load(name)
     except ConfigError as e:
@@ -170,7 +184,13 @@ class Deployment:
         if self.target.architecture != "decoder":
             raise ConfigError(f"method {self.method} needs a decoder-only target", field="target",
                               value=self.target.name, allowed="a decoder-only target, or method draft_model")
-        cm = methods.get(self.method).cost_model(self.draft, self.hardware, self.stack, self.draft_tp_degree)
+        if _is_measured(self.stack):
+            from specsim.cost.measured_stack import head_cost
+
+            cm = head_cost(self.draft, self.hardware, self.stack.engine, self.stack.version, self.draft_tp_degree,
+                           self.stack.terms())
+        else:
+            cm = methods.get(self.method).cost_model(self.draft, self.hardware, self.stack, self.draft_tp_degree)
         if not getattr(cm, "host_only", False):
             check_tp(cm.model, self.hardware, self.draft_tp_degree)
         return cm
@@ -179,10 +199,20 @@ class Deployment:
                     kv_budget_tokens: int | None = None):
         from specsim.cost.roofline import CostModel, check_tp
 
+        if not isinstance(model, ModelProfile) and _is_measured(self.stack):
+            from specsim.cost.measured_stack import head_cost
+
+            return head_cost(model, self.hardware, self.stack.engine, self.stack.version, tp, self.stack.terms())
         if not isinstance(model, ModelProfile):  # a head standing alone (the sweep's per-profile check)
             from specsim import methods
 
             return methods.get(model.method).cost_model(model, self.hardware, self.stack, tp)
+        if measured is None and _is_measured(self.stack):  # kernels measured under an engine (cost.measured_stack)
+            from specsim.cost.measured_stack import model_cost
+
+            role = "target" if model is self.target else "draft"
+            return model_cost(model, self.hardware, self.stack.engine, self.stack.version, tp, self.stack.terms(),
+                              role, self.method, kv_budget_tokens)
         if measured is None:
             return CostModel(model, self.hardware, self.stack, tp=tp, kv_budget_tokens=kv_budget_tokens)
         check_tp(model, self.hardware, tp)
@@ -221,6 +251,10 @@ class Deployment:
             if getattr(self, k) is not None:
                 out[k] = file_digest(getattr(self, k))
         return out
+
+
+def _is_measured(stack) -> bool:
+    return getattr(stack, "engine", None) is not None and getattr(stack, "system", None) is not None
 
 
 def _method_draft(method: str, name: str, target: ModelProfile):

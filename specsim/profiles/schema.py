@@ -72,6 +72,8 @@ class HardwareProfile(_Strict):
     tp_domain_chips: int | None = Field(default=None, ge=1, le=65536,
                                         description="chips one tensor-parallel group may span (unset: chips_per_node)")
     default_stack: str | None = Field(default=None, description="stack profile used in calibrated mode")
+    measured_system: str | None = Field(default=None, description="aiconfigurator-core's system name of this chip "
+                                        "(its measured kernels: --stack vllm / sglang / trtllm); None = none")
     # Cost and power (specsim.cost.power), per chip; optional: a result's $/Mtok or J/token is null without them.
     # A user prices their own contract or measured power by copying the profile TOML and editing these lines.
     price_usd_per_hour: float | None = Field(default=None, gt=0, le=1e4, description="on-demand price per chip")
