@@ -92,6 +92,7 @@ def test_timing_free_keys_are_accepted_and_listed_as_ignored(capsys):
     ({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "method": "draft_model"}, "--speculative-config.model",
      "does not take"),
     ({"method": "mtp", "model": "meta-llama/Llama-3.2-1B"}, "--speculative-config.model", "target's own"),
+    ({"model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"}, "--speculative-config.model", "trained for llama-3.1-70b"),
     ({"model": "./no/such/draft"}, "--speculative-config.model", "file not found"),
     ({"model": "llama-3.2-1b", "quantization": "fp8"}, "--speculative-config.quantization", "dtype"),
     ({"model": "llama-3.2-1b", "max_model_len": "4k"}, "--speculative-config.max_model_len", "4k"),

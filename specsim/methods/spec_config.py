@@ -178,6 +178,15 @@ def _draft(model: str, method: str, flag: str, target: str | None) -> str | None
         what = "a draft model" if kind == "model" else "a head"
         raise ConfigError(f"maps to {name}, {what}, which method {method} does not take", field=f"{flag}.model",
                           value=model, allowed=_choices(method))
+    if kind == "head" and tstem is not None:
+        from specsim.methods.heads import head, heads_for
+
+        trained = head(name).target
+        if trained not in ("*", tstem):
+            fits = [h for h in heads_for(method) if head(h).target in ("*", tstem)]
+            raise ConfigError(f"maps to {name}, a head trained for {trained}, not the target {tstem}",
+                              field=f"{flag}.model", value=model, allowed=f"a {method} head for {tstem} (shipped: "
+                              f"{', '.join(fits) or 'none'}), or a head TOML path")
     return name
 
 
