@@ -140,11 +140,17 @@ def engine_terms(engine: str, version: str) -> EngineTerms:
         from specsim.methods import heads  # lazily: heads are profiles the methods package loads
 
         h = head_cost(heads.head(row.head), hw, engine, cal_version, 1, EngineTerms())
-        verify = target.kernel_s(1, row.k + 1, CAL_CONTEXT) + step_s
-        kernels = row.k * h.kernel_s(1, 1, CAL_CONTEXT) + h.step_once_cost(1)[0]
-        draft[method] = max(0.0, (row.al * row.tpot_s - verify - kernels) / row.k)
+        draft[method] = per_pass_from_row(target, h, step_s, row)
         sources[f"draft_pass_s.{method}"] = f"{row.source}: (AL·TPOT − verification − {row.k} head passes) / {row.k}"
     return EngineTerms(step_s, 0.0, draft, sources)
+
+
+def per_pass_from_row(target, head, step_s: float, row: Published, context: int = CAL_CONTEXT) -> float:
+    """The proposer's own time per draft pass from one speculative row: (AL·TPOT − verification − K head passes
+    − the head's once-per-step GEMMs) / K, the verification = kernels of K + 1 tokens + the plain step term."""
+    verify = target.kernel_s(1, row.k + 1, context) + step_s
+    kernels = row.k * head.kernel_s(1, 1, context) + head.step_once_cost(1)[0]
+    return max(0.0, (row.al * row.tpot_s - verify - kernels) / row.k)
 
 
 class MeasuredCost:
