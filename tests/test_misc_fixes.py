@@ -54,8 +54,9 @@ def test_the_tp_domain_defaults_to_the_node_and_a_profile_may_widen_it():
     for name in prof.list_names(prof.HARDWARE_DIR):
         hw = prof.hardware(name)
         assert hw.max_tp == (hw.tp_domain_chips or hw.chips_per_node)
-        if hw.kind == "gpu":  # an NVLink / PCIe domain is the node: no GPU profile widens it
-            assert hw.tp_domain_chips is None and hw.max_tp == hw.chips_per_node
+    for name in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "l4", "mi300x"):
+        hw = prof.hardware(name)  # an 8-GPU board: its NVLink / PCIe / Infinity Fabric domain is the node
+        assert hw.tp_domain_chips is None and hw.max_tp == hw.chips_per_node == 8
     tpu = prof.hardware("tpu-v4")
     assert (tpu.chips_per_node, tpu.tp_domain_chips, tpu.max_tp) == (4, 4096, 4096)
     chin = prof.model("chinchilla-70b")

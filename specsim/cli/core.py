@@ -46,9 +46,11 @@ def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
                       for h in hs],
         })
         return
-    table("Hardware profiles", ["name", "kind", "bf16 TFLOP/s", "HBM GB/s", "memory GB", "link GB/s", "stack"],
+    table("Hardware profiles", ["name", "kind", "bf16 TFLOP/s", "HBM GB/s", "memory GB", "link GB/s", "max tp",
+                                "stack"],
           [(h.name, h.kind, h.peak_tflops.get("bf16"), h.memory_bandwidth_gb_s, h.memory_capacity_gb,
-            h.interconnect_bandwidth_gb_s, h.default_stack) for h in hw])
+            h.interconnect_bandwidth_gb_s, h.max_tp, h.default_stack) for h in hw],
+          caption="max tp: chips one tensor-parallel group may span (tp_domain_chips, else chips_per_node)")
     table("Software-stack profiles", ["name", "bw fraction", "peak fraction", "per call µs", "per layer µs"],
           [(s.name, s.bandwidth_fraction, s.compute_fraction, s.per_call_overhead_s * 1e6,
             s.per_layer_overhead_s * 1e6) for s in st])
