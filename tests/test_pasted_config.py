@@ -208,30 +208,38 @@ def test_a_sweep_spec_holding_the_pasted_json(tmp_path, capsys):
     assert json.loads(df["speculative_config_ignored"].iloc[2]) == ["max_model_len"]  # lists are JSON in a row
 
 
+PLAN = """
+name = "pasted"
+[fixed]
+target = "llama-3.1-8b"
+speculative_config = '{"model": "MODEL", "max_model_len": 4096}'
+alpha = 0.7
+[[option]]
+name = "1xH100"
+hardware = "h100-sxm"
+[search]
+rates = [2]
+gammas = [3]
+max_replicas = 4
+duration_s = 5
+min_requests = 10
+[slo]
+tpot_p90_s = 0.05
+"""
+
+
 def test_a_plan_with_the_pasted_json(tmp_path, capsys):
     plan = tmp_path / "plan.toml"
-    plan.write_text(textwrap.dedent(f"""
-        name = "pasted"
-        [fixed]
-        target = "llama-3.1-8b"
-        speculative_config = '{{"model": "meta-llama/Llama-3.2-1B-Instruct", "max_model_len": 4096}}'
-        alpha = 0.7
-        [[option]]
-        name = "1xH100"
-        hardware = "h100-sxm"
-        [search]
-        rates = [2]
-        gammas = [3]
-        max_replicas = 4
-        duration_s = 5
-        min_requests = 10
-        [slo]
-        tpot_p90_s = 0.05
-    """))
+    plan.write_text(PLAN.replace("MODEL", "meta-llama/Llama-3.2-1B-Instruct"))
     code, out, err = run(capsys, "plan", plan, "--out", tmp_path / "out", "--workers", "1", "--json")
     assert code == 0, err
     rows = json.loads(out)["rows"]
-    assert len(rows) == 1 and rows[0]["candidates"]["gamma=3"] == 1
+    assert len(rows) == 1 and rows[0]["rate"] == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text(PLAN.replace("MODEL", "meta-llama/Llama-3.2-1B-Typo"))
+    code, out, err = run(capsys, "plan", bad, "--out", tmp_path / "out2", "--workers", "1", "--json")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "speculative" in err and "model" in err and "Llama-3.2-1B-Typo" in err
 
 
 def test_choose_draft_takes_the_pasted_config_with_its_gamma(capsys):
