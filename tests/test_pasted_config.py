@@ -54,6 +54,8 @@ def test_repo_ids_read_into_fields():
     # without a method, a head's repo says its method (vLLM infers the method from the model too)
     assert parse('{"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}')["method"] == "eagle3"
     assert parse('{"model": "eagle3-llama-3.1-8b"}') == {"method": "eagle3", "draft": "eagle3-llama-3.1-8b"}
+    assert parse('{"model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"}') == {"method": "eagle",
+                                                                          "draft": "eagle-llama-3.1-8b"}
     # mtp drafts with the target's own checkpoint: its repo id leaves the target's shipped head to be picked
     assert parse('{"method": "mtp", "model": "meta-llama/Llama-3.1-8B-Instruct"}', target="llama-3.1-8b") == \
         {"method": "mtp"}

@@ -50,6 +50,8 @@ MODEL_REPOS: dict[str, str] = {
 
 # repo id -> head profile (model_profiles/heads/<name>.toml); the head's own `method` says which method it serves
 HEAD_REPOS: dict[str, str] = {
+    "yuhuili/EAGLE-LLaMA3.1-Instruct-8B": "eagle-llama-3.1-8b",  # heads/eagle-llama-3.1-8b.toml: config.json of
+    # the released head yuhuili/EAGLE-LLaMA3.1-Instruct-8B
     "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": "eagle3-llama-3.1-8b",  # heads/eagle3-llama-3.1-8b.toml: config.json
     # of the released head yuhuili/EAGLE3-LLaMA3.1-Instruct-8B
     "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B": "eagle3-llama-3.1-70b",  # heads/eagle3-llama-3.1-70b.toml: config.json
