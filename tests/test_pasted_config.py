@@ -269,3 +269,32 @@ def test_choose_draft_refuses_a_configured_gamma_beyond_its_search(capsys):
                                                  '"alpha": 0.7}', "--gamma-max", "4", "--json")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "num_speculative_tokens" in err and "--gamma-max" in err
+
+
+# --- property: any JSON object reads or is refused in one ConfigError -------------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from specsim.errors import ConfigError  # noqa: E402
+from specsim.methods.spec_config import KEYS, read  # noqa: E402
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5000), st.floats(allow_nan=True),
+                    st.sampled_from(["meta-llama/Llama-3.2-1B-Instruct", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                                     "someone/x", "llama-3.2-1b", "eagle3-llama-3.1-8b", "mtp", "eagle3", "ngram",
+                                     "deepseek_mtp", "./x.toml", "a\x00b", "", " "]),
+                    st.text(max_size=12), st.lists(st.integers(0, 3), max_size=3))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(KEYS + ("alpha", "enforce_eager")), _VALUES, max_size=6),
+       st.sampled_from([None, "llama-3.1-8b", "llama-3.1-70b"]))
+def test_any_json_object_reads_or_is_one_config_error(data, target):
+    try:
+        p = read(data, target=target)
+    except ConfigError as e:
+        assert "\n" not in str(e)
+        return
+    assert p.fields["method"] in ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
+    assert set(p.ignored) <= set(KEYS) and "quantization" not in p.ignored
+    assert p.disable_by_batch_size is None or p.disable_by_batch_size >= 2
+    assert "enforce_eager" not in data and "alpha" not in data  # keys outside vLLM's are never taken
