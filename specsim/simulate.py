@@ -99,7 +99,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     spec, base, extra = profile.run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base)
     util = [utilisation(r, peak_bw, peak_fl) for r in (spec, base)]  # per-step MBU, MFU: computed once
     summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem_spec, util)
-    summary.update(_cost_keys(cfg, dep, spec, base, summary, util))
+    summary.update(_cost_keys(cfg, dep, spec, base, summary, costs, wl))
     summary["engine_profile"] = cfg.engine.engine_profile
     summary.update(_method_keys(cfg, costs))
     summary.update(extra)
@@ -167,20 +167,28 @@ def _tree_closed_form(cfg, eq, out: dict):
     return eq._replace(eq1=tau, eq5=tau * float(eq.eq5) / float(eq.eq1), dist=setup.dist(), acceptance_rate=None)
 
 
-def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: dict, util=(None, None)) -> dict:
-    """J/token and $/Mtok of both runs (`specsim.cost.power`); None under fixed_c or without the figures."""
-    from specsim.cost.power import per_token, run_energy_j, run_usd
+def _cost_keys(cfg, dep: Deployment | None, spec: Records, base: Records, out: dict, costs: StepCosts,
+               wl: Workload) -> dict:
+    """J/token, mean power per chip and $/Mtok of both runs (`specsim.cost.power`); None under fixed_c or without
+    the figures. A speculative step's draft part is split off (`draft_shares`, at the run's mean live context) so
+    each part draws its own power, the draft on its own chips (draft_tp)."""
+    from specsim.cost.power import draft_shares, per_token, run_energy, run_usd
 
     keys: dict = {}
     tp, replicas = cfg.deployment.tp, cfg.workload.replicas
-    for prefix, rec, u in (("", spec, util[0]), ("baseline_", base, util[1])):
+    prompt_mean = float(np.mean(wl.prompt_len)) if wl.n else 0.0
+    context = float(costs.context(prompt_mean, float(np.mean(wl.output_len)) / 2 + 1)) if wl.n else 0.0
+    for prefix, rec in (("", spec), ("baseline_", base)):
         wall, tokens = out[f"{prefix}walltime_s"], int(rec.output_len.sum())
         e = usd = None
         if dep is not None:
-            e = run_energy_j(dep.hardware, tp, replicas, wall, rec.step_dur_s, rec.step_bytes, rec.step_flops,
-                             dep.peak_bytes_s, dep.peak_flops, u)
+            draft = draft_shares(costs, rec.step_batch, rec.step_gamma, rec.step_dur_s, rec.step_bytes,
+                                 rec.step_flops, context, float(costs.cross(prompt_mean))) if rec is spec else None
+            e = run_energy(dep.hardware, tp, replicas, wall, rec.step_dur_s, rec.step_bytes, rec.step_flops,
+                           dep.peak_bytes_s, dep.peak_flops, draft, dep.draft_tp_degree)
             usd = run_usd(dep.hardware, tp, replicas, wall)
-        keys[f"{prefix}energy_j_per_token"] = per_token(e, tokens)
+        keys[f"{prefix}energy_j_per_token"] = per_token(None if e is None else e[0], tokens)
+        keys[f"{prefix}power_w_per_chip_mean"] = None if e is None else e[1]
         keys[f"{prefix}usd_per_mtok"] = per_token(usd, tokens, 1e6)
     keys["energy_ratio"] = _ratio(keys["energy_j_per_token"], keys["baseline_energy_j_per_token"])
     keys["usd_ratio"] = _ratio(keys["usd_per_mtok"], keys["baseline_usd_per_mtok"])

@@ -139,15 +139,35 @@ def roofline_cmd(
     check_fits([cm], batch, context + max(pos))
     passes = [cm.pass_cost(batch, p, context).as_dict() for p in pos]
     ridge = cm.ridge_positions(batch, context)
+    measured = hasattr(cm, "parts")  # a measured-kernel stack: each pass's parts and the engine's term apart
+    for p in passes if measured else ():
+        p["parts_s"] = cm.parts(batch, p["positions"], context)
+        p["kernel_time_s"] = p["time_s"] - p["parts_s"]["engine"]
     if json_out:
+        extra = {"engine_term_source": cm.pass_source} if measured else {}
         emit_json({"hardware": hw.name, "model": m.name, "stack": st.name, "mode": cm.mode, "batch": batch,
                    "context": context, "tp": tp, "ridge_positions": ridge, "passes": passes})
         return
+    if measured:
+        return _measured_table(m, hw, st, batch, context, tp, passes, cm.pass_source)
     table(f"{m.name} on {hw.name} ({st.name}, batch {batch}, context {context}, tp {tp})",
           ["positions", "time ms", "GB moved", "GFLOP", "bound", "× one position"],
           [(p["positions"], p["time_s"] * 1e3, p["bytes"] / 1e9, p["flops"] / 1e9, p["bound"],
-            p["time_s"] / passes[0]["time_s"]) for p in passes],
-          caption=f"compute-bound from {ridge} positions per sequence")
+            p["time_s"] / passes[0]["time_s"], p["power_w_per_chip"]) for p in passes],
+          caption=f"compute-bound from {ridge} positions per sequence; W per chip: the power model's draw while the "
+                  f"pass runs (specsim/cost/power.py)")
+
+
+def _measured_table(m, hw, st, batch, context, tp, passes, source) -> None:
+    """`roofline` on a measured stack: each pass's kernels by part, and the engine's own term separately."""
+    from specsim.cost.kernels_db import PARTS
+
+    table(f"{m.name} on {hw.name} ({st.name} measured kernels, batch {batch}, context {context}, tp {tp})",
+          ["positions", "time ms", "kernels ms"] + [f"{x} ms" for x in PARTS] + ["engine ms", "× one position"],
+          [(p["positions"], p["time_s"] * 1e3, p["kernel_time_s"] * 1e3, *(p["parts_s"][x] * 1e3 for x in PARTS),
+            p["parts_s"]["engine"] * 1e3, p["time_s"] / passes[0]["time_s"]) for p in passes],
+          caption=f"kernels: aiconfigurator-core's measured {st.name} kernels (specsim/cost/kernels_db.py); "
+                  f"engine: the engine's own time per step ({source})")
 
 
 def compare_cmd(

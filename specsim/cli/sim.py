@@ -99,6 +99,8 @@ def _human(cfg, r: dict) -> None:
                f"plain decoding of the same requests; times in {unit}")
     table("Energy and cost (all chips: tp × replicas)", ["quantity", "speculative", "baseline", "spec / baseline"], [
         ("J / output token", r["energy_j_per_token"], r["baseline_energy_j_per_token"], r["energy_ratio"]),
+        ("mean W per chip (vs nvidia-smi)", r["power_w_per_chip_mean"], r["baseline_power_w_per_chip_mean"],
+         _ratio(r["power_w_per_chip_mean"], r["baseline_power_w_per_chip_mean"])),
         ("$ / M output tokens", r["usd_per_mtok"], r["baseline_usd_per_mtok"], r["usd_ratio"]),
     ], caption="blank: the hardware profile has no tdp_w/idle_w or price_usd_per_hour (specsim/cost/power.py)")
     rows = []
@@ -118,3 +120,7 @@ def _human(cfg, r: dict) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_cmd)
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None

@@ -102,3 +102,107 @@ def write_hardware_toml(path: str | Path, hw: HardwareProfile, *, comment: str, 
     except OSError as e:
         raise ConfigError(f"cannot write hardware profile: {e.strerror or e}", file=path) from None
     return path
+
+
+# --- power: measured serving rows in, a fitted hardware profile out (specsim/cost/power_fit.py) -----------------
+
+POWER_REQUIRED = ("model", "gpu", "tp", "tok_s")
+POWER_BATCH = ("batch", "max_num_seqs")  # the mean running batch, or the engine's cap where that is all there is
+POWER_WATTS = ("w_per_gpu", "j_per_token")  # either; both: they must agree (W·TP / (tok/s) = J/token)
+POWER_OPTIONAL = ("prompt_len", "output_len", "stack", "source")
+POWER_MAX_ROWS = 100_000
+AGREE_REL = 0.05  # our choice: published W and J/token are rounded to 2-3 figures; 5% catches a unit slip
+
+
+def _cell(table_, name: str, i: int) -> str:
+    return table_.raw(name, i).strip()
+
+
+def _num_cell(table_, path, name: str, i: int, lo: float, hi: float, integer: bool = False):
+    """A cell as a number in [lo, hi] (None when blank), or a one-line refusal naming file, column and row."""
+    import math
+
+    text = _cell(table_, name, i)
+    if not text:
+        return None
+    kind = "integers" if integer else "numbers"
+    try:
+        v = int(text) if integer else float(text)
+    except ValueError:
+        raise ConfigError(f"not {'an integer' if integer else 'a number'} in data row {i + 1}", file=path,
+                          field=name, value=text, allowed=f"{kind} in [{lo:g}, {hi:g}]") from None
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ConfigError(f"value out of range in data row {i + 1}", file=path, field=name, value=text,
+                          allowed=f"{kind} in [{lo:g}, {hi:g}]")
+    return v
+
+
+def read_power_rows(path: Path, prompt_len: int, output_len: int, stack: str) -> list:
+    """`PowerRow`s from a CSV (columns: POWER_REQUIRED, one of POWER_BATCH, one or both of POWER_WATTS, any of
+    POWER_OPTIONAL); every cell checked, one line per refusal. Lengths and stack default to the arguments."""
+    from specsim.cost.power_fit import PowerRow
+    from specsim.inputs.tables import CsvTable, check_rows, require_columns
+
+    t = CsvTable(path, comment="#")
+    cols = set(t.frame.columns)
+    require_columns(t.frame, POWER_REQUIRED, path)
+    for group in (POWER_BATCH, POWER_WATTS):
+        if not cols & set(group):
+            raise ConfigError(f"missing column {' or '.join(group)}", file=path, field=group[0],
+                              allowed="columns " + ", ".join(POWER_REQUIRED + POWER_BATCH[:1] + POWER_WATTS[:1]))
+    check_rows(len(t.frame), path, POWER_MAX_ROWS)
+    rows = []
+    for i in range(len(t.frame)):
+        rows.append(_power_row(t, path, i, cols, PowerRow, prompt_len, output_len, stack))
+    return rows
+
+
+def _power_row(t, path, i: int, cols: set, PowerRow, prompt_len: int, output_len: int, stack: str):
+    def num(name, lo, hi, integer=False):
+        return _num_cell(t, path, name, i, lo, hi, integer) if name in cols else None
+
+    def text(name, default=""):
+        v = _cell(t, name, i) if name in cols else ""
+        return v or default
+
+    for name in ("model", "gpu"):
+        if not text(name):
+            raise ConfigError(f"missing value in data row {i + 1}", file=path, field=name,
+                              allowed="a model / hardware profile name or TOML path")
+    tp = num("tp", 1, 1024, integer=True)
+    tok_s = num("tok_s", 1e-6, 1e9)
+    batch = num("batch", 1, 1e6)
+    batch = batch if batch is not None else num("max_num_seqs", 1, 1e6, integer=True)
+    w, j = num("w_per_gpu", 1e-3, 1e5), num("j_per_token", 1e-9, 1e6)
+    for name, v in (("tp", tp), ("tok_s", tok_s), ("batch or max_num_seqs", batch), ("w_per_gpu or j_per_token",
+                                                                                     w if w is not None else j)):
+        if v is None:
+            raise ConfigError(f"missing value in data row {i + 1}", file=path, field=name,
+                              allowed="a number in every row")
+    w_from_j = None if j is None else j * tok_s / tp
+    if w is not None and w_from_j is not None and abs(w_from_j / w - 1.0) > AGREE_REL:
+        raise ConfigError(f"W per GPU and J/token disagree in data row {i + 1}: j_per_token × tok_s / tp = "
+                          f"{w_from_j:.4g} W, w_per_gpu = {w:g} W", file=path, field="j_per_token", value=j,
+                          allowed=f"within {AGREE_REL:.0%} of w_per_gpu × tp / tok_s = {w * tp / tok_s:.4g}")
+    pl = num("prompt_len", 1, 10_000_000, integer=True) or prompt_len
+    ol = num("output_len", 1, 10_000_000, integer=True) or output_len
+    return PowerRow(text("model"), text("gpu"), int(tp), float(batch), float(tok_s),
+                    float(w if w is not None else w_from_j), j, int(pl), int(ol), text("stack", stack),
+                    text("source"))
+
+
+def write_power_profile(path: str | Path, hw: HardwareProfile, figures: dict, comment: str) -> Path:
+    """The hardware profile with a fitted power curve, written only if the loader will take it back: each figure is
+    checked against the schema first (a fit outside its range is refused, naming the field, before any write)."""
+    from pydantic import ValidationError
+
+    from specsim.profiles.loader import _translate
+
+    d = dict(hw.model_dump(exclude_none=True), name=f"{hw.name}-power-fit", **figures)
+    try:
+        HardwareProfile.model_validate(d)
+    except ValidationError as e:
+        err = _translate(e, path, HardwareProfile)
+        raise ConfigError(f"the fit gives a figure the hardware profile cannot hold ({err.message}); not written",
+                          file=path, field=err.field, value=err.value, allowed=err.allowed) from None
+    return write_hardware_toml(path, hw, comment=comment, **figures)

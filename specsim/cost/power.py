@@ -1,76 +1,163 @@
-"""Energy and dollars of a simulated run: a linear power model over the roofline's utilisation, and the hourly price.
+"""Energy and dollars of a simulated run: a chip's power as a function of what each pass does, and the hourly price.
 
-Power model (an assumption, calibratable from a measured power trace with `fit_power`). One chip draws
-    P(u) = idle_w + (tdp_w − idle_w) · u,        u = min(1, MBU + MFU) of the step,
-where MBU = step bytes / (step time · datasheet bandwidth) and MFU = step FLOPs / (step time · datasheet peak FLOP/s)
-are the per-chip figures `engine.metrics.step_metrics` averages. So the dynamic energy of a step is
-(tdp_w − idle_w) · (bytes / peak bandwidth + FLOPs / peak FLOP/s): a fixed energy per byte moved and per FLOP
-done, each priced so that either resource alone at its datasheet peak draws TDP, and capped at TDP.
-Why the sum and not max(MBU, MFU): energy is spent per byte and per FLOP, so it adds over the passes of a step, and
-the step records carry only the step's totals; a speculative step is memory-bound draft passes plus a verification
-that turns compute-bound at large batch, and max() of the step's averaged MBU and MFU would under-read such a step
-(each resource is busy only part of it: llama-3.1-8b + llama-3.2-1b, γ 4, batch 128 on h100-sxm averages MBU 0.30
-and MFU 0.32 per step, so max() reads 0.32 for steps whose passes each kept one resource near its stack's ceiling).
-The sum is exact over passes in this linear model, and it charges the extra FLOPs speculation spends
-(Theorem 3.11) even while the step stays memory-bound. Under the idealized stack every pass saturates one resource,
-so u ≈ 1 and energy follows time; with a stack's achievable fractions below 1 the two separate.
-What it leaves out (why it is an assumption): memory traffic and FLOPs do not cost the same fraction of TDP on real
-chips; power is not exactly linear; clocks throttle near TDP (the cap does not slow the step). Fit idle_w and the
-dynamic coefficient (tdp_w − idle_w) to (utilisation, watts) pairs from a real run (nvidia-smi / DCGM power samples
-against the simulator's step utilisation) with `fit_power` — `specsim calibrate-power SAMPLES.csv --hardware NAME
---out MINE.toml` does it and writes that copy.
+Power of one chip (the form; where each figure comes from follows):
+    idle (the engine not running a step: no request in flight)       P = idle_w
+    running a pass with per-chip utilisation (MBU, MFU)              P = floor + (tdp_w − floor) · s / (1 + s),
+                                                                      s = w_mbu · MBU + w_mfu · MFU
+    waiting inside a step for other chips (a TP rank while a draft on fewer chips runs)     P = floor
+floor = running_floor_w, w_mbu = power_mbu_weight, w_mfu = power_mfu_weight. A pass that moves nothing draws the
+running floor (a GPU inside a serving loop does not fall back to idle between passes), power rises with the bytes
+and FLOPs a pass keeps in flight and saturates towards TDP at large batch, never reaching it (s / (1 + s) < 1).
+s / (1 + s) rather than 1 − e^(−s): the two fit the measurements alike (experiments/results/power_fit.md), and a
+division rounds the same on every CPU where an exp need not.
+- idle_w: a truly idle chip, sourced per chip in its profile (H100: 75 W, the Splitwise simulator's measured
+  constant, ../shared/reference/measured-power.md).
+- tdp_w: the datasheet's maximum board power.
+- running_floor_w, power_mbu_weight, power_mfu_weight: fitted by `specsim calibrate-power` to measured serving rows
+  (W per GPU at a batch, `specsim.cost.power_fit`); the shipped H100 and B200 profiles carry the fit to the ML.ENERGY
+  v3 rows with its source. A profile without them uses `DEFAULT_CURVE`, that fit in fractions of its own tdp_w (an
+  assumption for a chip no row measured; the floor is at least the chip's idle_w).
+- MBU, MFU: a pass's bytes / (its time · datasheet bandwidth) and FLOPs / (its time · datasheet peak), per chip —
+  what any cost basis (the roofline today, a measured-kernel stack) gives for the pass; `engine.metrics.utilisation`.
 
-Energy of a run, for chips = tp × replicas (every chip of a tensor-parallel group does the same per-chip work):
-    E = chips · idle_w · walltime + tp · (tdp_w − idle_w) · Σ_steps u_step · dur_step
-The idle floor is charged over the whole makespan (a provisioned chip draws it busy or not, over the same span its
-hour is paid for); Σ over steps runs over every replica's steps (their step records are concatenated). With one
-replica in closed loop the steps tile the makespan (prefills are folded into steps), so E = tp · Σ P(u) · dur.
+Per pass, per chip. A speculative step is draft passes, then one verification: each part draws what its own
+utilisation says (`run_energy_j` takes the draft's share of every step, `draft_shares`). The target's TP ranks all
+run the verification; a draft on fewer chips (draft_tp < tp) runs on draft_tp of them while the others wait at the
+floor — so a one-chip draft is billed on one chip, not on the target's eight.
+Energy of a run, for chips = tp × replicas:
+    E = Σ_steps [tp · P(u_verify) · t_verify + (draft_tp · P(u_draft) + (tp − draft_tp) · floor) · t_draft]
+        + idle_w · (chips · walltime − tp · Σ_steps t_step)
+(steps of every replica concatenated; the time no step covers — an open loop waiting for arrivals — is idle).
+Sums are `math.fsum` of element-wise products: order-fixed, so the same on every CPU. Mean power per chip =
+E / (chips · walltime), what `nvidia-smi` averages over the run.
+What it leaves out: clocks throttling near TDP (the cap does not slow the step); power within a pass is uniform;
+a step's split between draft and verification is priced at the run's mean live context (`draft_shares`).
 Dollars: chips · price_usd_per_hour · walltime / 3600, and per million output tokens ×1e6 / tokens.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.errors import ConfigError
+# The curve fitted to all 18 ML.ENERGY v3 rows (H100 and B200 pooled, in fractions of each chip's TDP) by
+# experiments/power_validation.py (experiments/results/power_fit.md): the figures shipped profiles without a fit
+# of their own use. floor as a fraction of tdp_w (raised to the chip's idle_w where that is higher).
+DEFAULT_CURVE = {"floor_fraction": 0.1071, "mbu_weight": 2.002, "mfu_weight": 14.23}
+DEFAULT_SOURCE = "the ML.ENERGY v3 fit in fractions of TDP (cost.power.DEFAULT_CURVE; no rows of this chip)"
 
 
-def step_utilisation(dur_s: np.ndarray, bytes_: np.ndarray, flops: np.ndarray, peak_bytes_s: float,
-                     peak_flops: float) -> np.ndarray:
-    """u per step = min(1, MBU + MFU) (the module docstring says why)."""
-    dur = np.asarray(dur_s, float)
-    mbu = np.asarray(bytes_, float) / (dur * peak_bytes_s)
-    mfu = np.asarray(flops, float) / (dur * peak_flops)
-    return np.minimum(1.0, mbu + mfu)
+@dataclass(frozen=True)
+class PowerCurve:
+    """One chip's power figures (module docstring)."""
+
+    idle_w: float
+    floor_w: float
+    tdp_w: float
+    mbu_weight: float
+    mfu_weight: float
+    source: str
+
+    @classmethod
+    def of(cls, hardware) -> PowerCurve | None:
+        """The profile's curve; None without tdp_w / idle_w (J/token is then null)."""
+        if hardware.tdp_w is None or hardware.idle_w is None:
+            return None
+        if hardware.running_floor_w is not None:
+            return cls(hardware.idle_w, hardware.running_floor_w, hardware.tdp_w, hardware.power_mbu_weight,
+                       hardware.power_mfu_weight, f"fitted ({hardware.name} profile)")
+        floor = min(hardware.tdp_w, max(hardware.idle_w, DEFAULT_CURVE["floor_fraction"] * hardware.tdp_w))
+        return cls(hardware.idle_w, floor, hardware.tdp_w, DEFAULT_CURVE["mbu_weight"], DEFAULT_CURVE["mfu_weight"],
+                   DEFAULT_SOURCE)
+
+    def pass_power_w(self, mbu, mfu) -> np.ndarray:
+        """Watts per chip while a pass of this utilisation runs (element-wise; negative inputs read as 0)."""
+        s = self.mbu_weight * np.maximum(0.0, np.asarray(mbu, float)) + \
+            self.mfu_weight * np.maximum(0.0, np.asarray(mfu, float))
+        return self.floor_w + (self.tdp_w - self.floor_w) * (s / (1.0 + s))
 
 
-def chip_power_w(u, idle_w: float, tdp_w: float):
-    """P(u) = idle_w + (tdp_w − idle_w) · u per chip."""
-    return idle_w + (tdp_w - idle_w) * np.asarray(u, float)
+def _fsum_products(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a·b in a fixed order (element-wise products, then an exactly rounded sum): the same on every CPU."""
+    return math.fsum((np.asarray(a, float) * np.asarray(b, float)).tolist())
 
 
-def run_energy_j(hardware, tp: int, replicas: int, walltime_s: float, dur_s: np.ndarray, bytes_: np.ndarray,
-                 flops: np.ndarray, peak_bytes_s: float, peak_flops: float, util=None) -> float | None:
-    """Joules of a whole run (module docstring); None when the profile has no power figures, or when the steps
-    carry no bytes or FLOPs (step tables give times only, so their utilisation is unknown). `util`: the per-step
-    (MBU, MFU) arrays already computed for the same steps (`engine.metrics.utilisation`), the same values."""
-    if hardware.tdp_w is None or hardware.idle_w is None:
+def run_energy(hardware, tp: int, replicas: int, walltime_s: float, dur_s, bytes_, flops, peak_bytes_s: float,
+               peak_flops: float, draft=None, draft_tp: int | None = None) -> tuple[float, float] | None:
+    """(joules, mean watts per chip) of a whole run (module docstring); None without the profile's power figures,
+    or when the steps carry no bytes or FLOPs (step tables give times only, so their utilisation is unknown).
+    `draft`: (time, bytes, FLOPs) arrays of each step's draft part (`draft_shares`), None = all verification;
+    `draft_tp`: chips the draft runs on (default tp)."""
+    curve = PowerCurve.of(hardware)
+    if curve is None:
         return None
     dur = np.asarray(dur_s, float)
-    if dur.size and not (np.any(bytes_) or np.any(flops)):
+    b, f = np.asarray(bytes_, float), np.asarray(flops, float)
+    if dur.size and not (np.any(b) or np.any(f)):
         return None
     ok = dur > 0
-    if util is not None and ok.all():
-        # = step_utilisation(...) element for element; dot over a fresh copy, as dur[ok] is (BLAS sums by alignment)
-        u, dur_ok = np.minimum(1.0, util[0] + util[1]), dur.copy()
+    dur, b, f = dur[ok], b[ok], f[ok]
+    if draft is None:
+        dd = db = df = np.zeros_like(dur)
     else:
-        u, dur_ok = step_utilisation(dur[ok], np.asarray(bytes_)[ok], np.asarray(flops)[ok], peak_bytes_s,
-                                     peak_flops), dur[ok]
-    # math.fsum, not a BLAS dot: exactly rounded, hence the same on Intel and AMD and in any worker process
-    dynamic = (hardware.tdp_w - hardware.idle_w) * math.fsum(np.asarray(u, float) * dur_ok)
-    return tp * replicas * hardware.idle_w * walltime_s + tp * dynamic
+        dd, db, df = (np.asarray(x, float)[ok] for x in draft)
+        dd, db, df = np.minimum(dd, dur), np.minimum(db, b), np.minimum(df, f)
+    dv, bv, fv = dur - dd, b - db, f - df
+    chips, dtp = tp * replicas, tp if draft_tp is None else min(int(draft_tp), tp)
+    e_steps = tp * _fsum_products(_power(curve, dv, bv, fv, peak_bytes_s, peak_flops), dv) + \
+        dtp * _fsum_products(_power(curve, dd, db, df, peak_bytes_s, peak_flops), dd) + \
+        (tp - dtp) * curve.floor_w * math.fsum(dd.tolist())
+    idle_chip_s = max(0.0, chips * walltime_s - tp * math.fsum(dur.tolist()))
+    e = e_steps + curve.idle_w * idle_chip_s
+    return e, (e / (chips * walltime_s) if walltime_s > 0 else curve.idle_w)
+
+
+def _power(curve: PowerCurve, dur, b, f, peak_bytes_s: float, peak_flops: float) -> np.ndarray:
+    """P per chip of each part (0 where the part takes no time: it adds no energy)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mbu = np.where(dur > 0, b / (dur * peak_bytes_s), 0.0)
+        mfu = np.where(dur > 0, f / (dur * peak_flops), 0.0)
+    return np.where(dur > 0, curve.pass_power_w(mbu, mfu), 0.0)
+
+
+def run_energy_j(hardware, tp: int, replicas: int, walltime_s: float, dur_s, bytes_, flops, peak_bytes_s: float,
+                 peak_flops: float, draft=None, draft_tp: int | None = None) -> float | None:
+    """Joules of a whole run (`run_energy`)."""
+    r = run_energy(hardware, tp, replicas, walltime_s, dur_s, bytes_, flops, peak_bytes_s, peak_flops, draft,
+                   draft_tp)
+    return None if r is None else r[0]
+
+
+def draft_shares(costs, batch, gamma, dur_s, bytes_, flops, context: float, cross: float = 0.0):
+    """Each step's draft part (time, bytes, FLOPs), priced at the run's mean live `context`: the step's totals
+    times the draft's share of a step of that batch and γ (`StepCosts.spec_step` less its verification pass), so
+    the parts add up to the recorded step. None when the costs cannot say (fixed_c, no draft)."""
+    if costs.fixed_c is not None or costs.draft is None or not len(dur_s):
+        return None
+    batch, gamma = np.asarray(batch, np.int64), np.asarray(gamma, np.int64)
+    keys, inv = np.unique(np.stack([batch, gamma]), axis=1, return_inverse=True)
+    share = np.zeros((3, keys.shape[1]))
+    for j, (B, G) in enumerate(keys.T.tolist()):
+        if G <= 0 or B <= 0:
+            continue
+        total = costs.spec_step(B, G, context, cross)
+        verify = _verify(costs, B, G, context, cross)
+        share[:, j] = [min(1.0, max(0.0, (t - v) / t)) if t > 0 else 0.0 for t, v in zip(total, verify)]
+    inv = np.asarray(inv).reshape(-1)
+    return tuple(np.asarray(x, float) * share[k][inv] for k, x in enumerate((dur_s, bytes_, flops)))
+
+
+def _verify(costs, B: int, G: int, L: float, X: float):
+    """The verification pass of a step (what `StepCosts.spec_step` adds its draft passes to)."""
+    from specsim.cost.steptime import CONTEXT_BUCKET
+
+    positions = costs.tree.nodes + 1 if costs.tree is not None else G + 1
+    i = int(L // CONTEXT_BUCKET)
+    t0, st, b0, sb, f0, sf = costs.t._seg(B, positions, i, int(round(X)))
+    d = L - i * CONTEXT_BUCKET
+    return t0 + d * st, b0 + d * sb, f0 + d * sf
 
 
 def run_usd(hardware, tp: int, replicas: int, walltime_s: float) -> float | None:
@@ -85,19 +172,10 @@ def per_token(total: float | None, tokens: int, scale: float = 1.0) -> float | N
     return None if total is None or not tokens else total / tokens * scale
 
 
-def fit_power(utilisation, watts) -> tuple[float, float]:
-    """Least-squares fit of watts = idle_w + dynamic_w · u to measured pairs; returns (idle_w, dynamic_w).
-
-    dynamic_w is the profile's tdp_w − idle_w (so tdp_w = idle_w + dynamic_w). Pairs are per-chip samples: a
-    power reading averaged over a window and the simulator's utilisation of the same window."""
-    u = np.asarray(utilisation, float).ravel()
-    w = np.asarray(watts, float).ravel()
-    if u.size != w.size or u.size < 2 or not (np.isfinite(u).all() and np.isfinite(w).all()):
-        raise ConfigError("a power fit needs two or more finite (utilisation, watts) pairs of equal length",
-                          field="power trace", value=(u.size, w.size))
-    if np.ptp(u) == 0:
-        raise ConfigError("a power fit needs samples at two or more utilisations", field="power trace",
-                          value=float(u[0]), allowed="samples spanning idle and busy steps")
-    a = np.column_stack([np.ones_like(u), u])
-    (idle, dyn), *_ = np.linalg.lstsq(a, w, rcond=None)
-    return float(idle), float(dyn)
+def pass_power_w(hardware, bytes_: float, flops: float, time_s: float, dtype: str) -> float | None:
+    """Modelled watts per chip while one pass runs (what `specsim roofline` prints); None without power figures."""
+    curve = PowerCurve.of(hardware)
+    if curve is None or time_s <= 0:
+        return None
+    mbu = bytes_ / (time_s * hardware.bandwidth_bytes_s)
+    return float(curve.pass_power_w(mbu, flops / (time_s * hardware.peak_flops(dtype))))

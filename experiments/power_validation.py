@@ -1,0 +1,134 @@
+"""How well the power curve (specsim/cost/power.py) fitted to measured serving rows predicts rows it never saw.
+
+Input: tests/fixtures/power/mlenergy_v3_lm_arena_chat.csv (the 18 ML.ENERGY v3 rows of
+../shared/reference/measured-power.md, with their source). Writes under experiments/results/:
+- power_fit.md: the fits (the one the shipped h100-sxm and b200 profiles carry, and alternatives) and the
+  leave-one-model-out table, with what is and is not identified;
+- power_lomo.csv: one row per measured row and scheme: measured vs predicted W per GPU and J/token;
+- power_lomo.png: predicted vs measured W per GPU, leave-one-model-out.
+Schemes: "pooled" — one curve in fractions of TDP over every chip's rows (what ships: B200 has two models, too few
+to hold one out and fit three figures on the other alone); "h100-only" — H100 rows alone. A held-out model's rows
+are never in its fit, on any chip. J/token predicted = predicted W per GPU × TP / the row's measured tokens/s (a
+power check; the simulated tokens/s is the cost model's). Usage: .venv/bin/python experiments/power_validation.py
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from specsim.cost.calibrate_io import read_power_rows  # noqa: E402
+from specsim.cost.power_fit import fit_curve, leave_one_model_out, lomo_record, mean_abs, row_parts  # noqa: E402
+
+CSV_IN = ROOT / "tests/fixtures/power/mlenergy_v3_lm_arena_chat.csv"
+OUT = ROOT / "experiments/results"
+LIMITS = {"h100-sxm": 10.0, "b200": 15.0}  # the issue's acceptance lines (% of measured, every row)
+
+
+def lomo(rows, scheme: str) -> list[dict]:
+    recs = leave_one_model_out(rows)
+    for r in recs:
+        r["scheme"] = scheme
+    return recs
+
+
+def verdict(recs: list[dict], gpu: str) -> str:
+    mine = [r for r in recs if r["gpu"] == gpu]
+    if not mine:
+        return "no rows"
+    w = max(abs(r["w_err_pct"]) for r in mine)
+    j = max(abs(r["j_err_pct"]) for r in mine)
+    ok = sum(abs(r["w_err_pct"]) <= LIMITS[gpu] and abs(r["j_err_pct"]) <= LIMITS[gpu] for r in mine)
+    return (f"{ok}/{len(mine)} rows within {LIMITS[gpu]:g}% (W: mean |err| {mean_abs([r['w_err_pct'] for r in mine]):.1f}%"
+            f", max {w:.1f}%; J/token max {j:.1f}%)")
+
+
+def main() -> None:
+    rows = [row_parts(r) for r in read_power_rows(CSV_IN, 70, 215, "cuda-graphs")]
+    h100 = [rp for rp in rows if rp.row.gpu == "h100-sxm"]
+    pooled, h_only = fit_curve(rows), fit_curve(h100)
+    recs = lomo(rows, "pooled") + lomo(h100, "h100-only")
+    insample = [dict(lomo_record(rp, pooled, e), scheme="pooled in-sample")
+                for rp, e in zip(rows, pooled.errors_pct())]
+    OUT.mkdir(parents=True, exist_ok=True)
+    allrecs = recs + insample
+    with (OUT / "power_lomo.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["scheme"] + [k for k in allrecs[0] if k != "scheme"])
+        w.writeheader()
+        for r in allrecs:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    _plot(recs)
+    _markdown(pooled, h_only, recs, insample)
+    print((OUT / "power_fit.md").read_text())
+
+
+def _plot(recs: list[dict]) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, scheme in zip(axes, ("pooled", "h100-only")):
+        mine = [r for r in recs if r["scheme"] == scheme]
+        for model in sorted({r["model"] for r in mine}):
+            for gpu, mk in (("h100-sxm", "o"), ("b200", "s")):
+                pts = [r for r in mine if r["model"] == model and r["gpu"] == gpu]
+                if pts:
+                    ax.scatter([r["w_per_gpu_measured"] for r in pts], [r["w_per_gpu_predicted"] for r in pts],
+                               marker=mk, label=f"{model} on {gpu}")
+        lo, hi = 350, 1050
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        for k, ls in ((0.10, "--"), (0.15, ":")):
+            ax.plot([lo, hi], [lo * (1 + k), hi * (1 + k)], "k", ls=ls, lw=0.6)
+            ax.plot([lo, hi], [lo * (1 - k), hi * (1 - k)], "k", ls=ls, lw=0.6)
+        ax.set(xlabel="measured W per GPU (ML.ENERGY v3)", ylabel="predicted W per GPU (model held out)",
+               title=f"leave-one-model-out, {scheme} fit", xlim=(lo, hi), ylim=(lo, hi))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT / "power_lomo.png", dpi=120)
+
+
+def _fit_line(name: str, fit, rows_note: str) -> str:
+    return (f"| {name} | {rows_note} | {fit.floor_fraction:.4f} | {fit.mbu_weight:.4g} | {fit.mfu_weight:.4g} | "
+            f"{mean_abs(fit.errors_pct()):.1f}% / {max(abs(e) for e in fit.errors_pct()):.1f}% | "
+            f"{', '.join(fit.at_bound) or 'none'} |")
+
+
+def _markdown(pooled, h_only, recs, insample) -> None:
+    lines = ["# Power curve vs measured serving power (ML.ENERGY v3, lm-arena-chat)", "",
+             "Written by `experiments/power_validation.py` from `tests/fixtures/power/mlenergy_v3_lm_arena_chat.csv`.",
+             "Model: P = floor + (TDP − floor)·s/(1+s), s = w_mbu·MBU + w_mfu·MFU per pass (specsim/cost/power.py);",
+             "each row's passes: one decode pass at the mean running batch and context prompt + output/2, plus its",
+             "share of prefills (batch/output requests per step), priced by the roofline with the cuda-graphs stack;",
+             "prompt 70 / output 215 tokens (LMSYS-Chat-1M per-turn means: an assumption, the rows carry no lengths).",
+             "J/token predicted = predicted W/GPU × TP / measured tokens/s.", "",
+             "## Fits", "", "| fit | rows | floor / TDP | w_mbu | w_mfu | in-sample mean / max abs W error | at a bound |",
+             "|---|---|---|---|---|---|---|",
+             _fit_line("pooled (shipped in h100-sxm.toml, b200.toml, cost.power.DEFAULT_CURVE)", pooled,
+                       f"all {len(pooled.rows)}"),
+             _fit_line("h100-only", h_only, f"{len(h_only.rows)} H100"), "",
+             "A figure at its bound is not identified by these rows: every row runs at batch ≥ 8 with MBU ≥ 0.4, so",
+             "the running floor (a pass that moves nothing) lies below what they can see; the fit puts it at the",
+             "chips' idle fraction.", "",
+             "## Leave-one-model-out (the held-out model's rows never in the fit, on any chip)", ""]
+    for scheme in ("pooled", "h100-only"):
+        mine = [r for r in recs if r["scheme"] == scheme]
+        lines += [f"### {scheme}", ""] + [f"- {gpu}: {verdict(mine, gpu)}" for gpu in LIMITS if
+                                           any(r['gpu'] == gpu for r in mine)]
+        lines += ["", "| model | GPU (TP) | batch | W/GPU measured | predicted | err | J/token measured | predicted | err |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['gpu']} ({r['tp']}) | {r['batch']:g} | {r['w_per_gpu_measured']:g} | "
+                  f"{r['w_per_gpu_predicted']:.0f} | {r['w_err_pct']:+.1f}% | {r['j_per_token_measured']:.3f} | "
+                  f"{r['j_per_token_predicted']:.3f} | {r['j_err_pct']:+.1f}% |" for r in mine]
+        lines.append("")
+    lines += ["### pooled fit, in-sample (for comparison; not the acceptance check)", ""]
+    lines += [f"- {gpu}: {verdict(insample, gpu)}" for gpu in LIMITS]
+    (OUT / "power_fit.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
