@@ -151,3 +151,22 @@ def test_unpriceable_model_refused():
     with pytest.raises(ConfigError) as e:
         Deployment.resolve("h100-sxm", "t5-v1_1-small", stack="vllm").cost_models
     assert "Llama-like decoders" in str(e.value)
+
+
+def test_roofline_cli_prints_parts_and_engine_term_apart():
+    import json
+
+    r = subprocess.run([sys.executable, "-m", "specsim", "roofline", "--hardware", "h200", "--model", "llama-3.1-70b",
+                        "--stack", "vllm", "--tp", "4", "--batch", "8", "--positions", "1,5", "--context", "1000",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["mode"] == "measured-kernels" and "plain TPOT" in out["engine_term_source"]
+    for p in out["passes"]:
+        parts = p["parts_s"]
+        assert set(parts) == set(kd.PARTS) | {"engine"} and parts["allreduce"] > 0
+        assert sum(parts.values()) == pytest.approx(p["time_s"], rel=1e-12)
+        assert p["kernel_time_s"] == pytest.approx(p["time_s"] - parts["engine"], rel=1e-12)
+    r = subprocess.run([sys.executable, "-m", "specsim", "roofline", "--hardware", "h100-sxm", "--model",
+                        "llama-3.1-8b", "--stack", "vllm"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "engine ms" in r.stdout and "attention ms" in r.stdout

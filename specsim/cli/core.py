@@ -127,6 +127,7 @@ def roofline_cmd(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Pass time against positions for one model on one device (the paper's Figure 1)."""
+    from specsim.cost.power import pass_power_w
     from specsim.cost.roofline import check_fits
     from specsim.profiles.deployment import Deployment
 
@@ -138,6 +139,8 @@ def roofline_cmd(
     hw, m, st, cm = dep.hardware, dep.target, dep.stack, dep.cost_models[0]
     check_fits([cm], batch, context + max(pos))
     passes = [cm.pass_cost(batch, p, context).as_dict() for p in pos]
+    for p in passes:  # the chip's modelled draw while this pass runs (specsim/cost/power.py)
+        p["power_w_per_chip"] = pass_power_w(hw, p["bytes"], p["flops"], p["time_s"], m.dtype)
     ridge = cm.ridge_positions(batch, context)
     measured = hasattr(cm, "parts")  # a measured-kernel stack: each pass's parts and the engine's term apart
     for p in passes if measured else ():
@@ -146,12 +149,12 @@ def roofline_cmd(
     if json_out:
         extra = {"engine_term_source": cm.pass_source} if measured else {}
         emit_json({"hardware": hw.name, "model": m.name, "stack": st.name, "mode": cm.mode, "batch": batch,
-                   "context": context, "tp": tp, "ridge_positions": ridge, "passes": passes})
+                   "context": context, "tp": tp, "ridge_positions": ridge, "passes": passes, **extra})
         return
     if measured:
         return _measured_table(m, hw, st, batch, context, tp, passes, cm.pass_source)
     table(f"{m.name} on {hw.name} ({st.name}, batch {batch}, context {context}, tp {tp})",
-          ["positions", "time ms", "GB moved", "GFLOP", "bound", "× one position"],
+          ["positions", "time ms", "GB moved", "GFLOP", "bound", "× one position", "W per chip"],
           [(p["positions"], p["time_s"] * 1e3, p["bytes"] / 1e9, p["flops"] / 1e9, p["bound"],
             p["time_s"] / passes[0]["time_s"], p["power_w_per_chip"]) for p in passes],
           caption=f"compute-bound from {ridge} positions per sequence; W per chip: the power model's draw while the "

@@ -180,6 +180,8 @@ def part_of(op_name: str) -> str:
     n = op_name.lower()
     if "attention" in n:
         return "attention"
+    if "dispatch" in n:  # MoE pre/post dispatch: the TP all-reduce / all-gather around the experts
+        return "allreduce"
     if "moe" in n or "router" in n or "expert" in n:
         return "moe"
     if n.endswith("_ar") or "_ar_" in n or "allreduce" in n or "p2p" in n or "all_reduce" in n:
