@@ -23,6 +23,7 @@ Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
 Engine = Literal["simpy", "fast", "auto"]
 EngineProfile = Literal["specsim", "hf-assisted", "vllm-v1"]
+RouterName = Literal["round-robin", "least-outstanding", "power-of-two", "shared-queue"]  # engine/routers.py
 # speculation methods, named as vLLM's SpeculativeConfig names them (specsim.methods.METHODS)
 Method = Literal["draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"]
 HEAD_METHODS = ("eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")  # proposers whose `draft` is a head profile
@@ -113,8 +114,12 @@ class WorkloadConfig(_Group):
                                     "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L); 'lognormal' = "
                                     "ShareGPT-like heavy tail: lognormal with mean L and log-σ 1, rounded, clipped "
                                     "to [1, 8L]")
-    replicas: int = Field(default=1, ge=1, le=1024, description="engine replicas sharing one arrival queue; "
+    replicas: int = Field(default=1, ge=1, le=1024, description="engine replicas behind the router; "
                           "each holds its own weights and KV (batch / max_batch are per replica)")
+    router: RouterName = Field(default="round-robin", description="which replica an arriving request joins: "
+                               "'round-robin' (vLLM production-stack's default routing logic), "
+                               "'least-outstanding', 'power-of-two' (each replica queues alone), or "
+                               "'shared-queue' (one queue any free replica takes from: the ideal bound)")
 
 
 class SloConfig(_Group):
@@ -171,7 +176,7 @@ FLAT: dict[str, str] = {name: g for name, g in (
     ("fixed_c", "deployment"), ("measured_target", "deployment"), ("draft_catchup", "deployment"),
     ("measured_draft", "deployment"), ("batch", "workload"), ("rate", "workload"), ("max_batch", "workload"),
     ("arrivals_csv", "workload"), ("requests", "workload"), ("prompt_len", "workload"), ("output_len", "workload"),
-    ("seed", "workload"), ("length_dist", "workload"), ("replicas", "workload"), ("slo_ttft_s", "slo"),
+    ("seed", "workload"), ("length_dist", "workload"), ("replicas", "workload"), ("router", "workload"), ("slo_ttft_s", "slo"),
     ("slo_tpot_s", "slo"), ("engine", "engine"), ("engine_profile", "engine"), ("max_num_seqs", "engine"),
     ("max_num_batched_tokens", "engine"), ("block_size", "engine"), ("num_gpu_blocks", "engine"),
     ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"),

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 # Stream numbers are part of every seeded result: never renumber. 3 is retired (it was POLICY, which no policy
-# ever drew from); a new stream takes 5.
-ARRIVALS, LENGTHS, ACCEPTANCE, TRACE_SYNTH = 0, 1, 2, 4
+# ever drew from); a new stream takes 6.
+ARRIVALS, LENGTHS, ACCEPTANCE, TRACE_SYNTH, ROUTER = 0, 1, 2, 4, 5
 
 
 def stream(seed: int, which: int, index: int = 0) -> np.random.Generator:

@@ -1,11 +1,14 @@
 """The step-by-step engine of record: replicas serving requests with continuous batching, speculating or not.
 
-(`engine="simpy"` keeps its name from when this ran on SimPy; it now runs on `specsim.engine.events`, which keeps
-SimPy's event order and clock arithmetic, so every result is the same bit for bit.) One engine-loop generator per
-replica, one event per iteration. An iteration at time `now`:
-1. finished requests have left (at the previous iteration's end); clients/arrivals up to `now` join the shared
-   FCFS queue; the replica admits from its head while the batch is under max_batch and the KV reservation fits
-   (`steptime.Memory`: weights + KV of target and draft; no queue skipping, no preemption).
+It runs on SimPy (one `simpy.Environment`): the arrival process, the router it calls and one engine loop per
+replica are SimPy processes, and a replica carries one event per iteration (its step's timeout) — the per-step
+work stays vectorized in the kernels. An iteration of a replica at time `now`:
+1. finished requests have left (at the previous iteration's end); the replica admits from the head of its queue
+   while its batch is under max_batch and its KV reservation fits (`steptime.Memory`: weights + KV of target and
+   draft; no queue skipping, no preemption). Requests reach the queues through the router
+   (`specsim.engine.routers`) at their arrival: open loop, the arrival process at each arrival time; closed loop,
+   a client issues its next request when its previous one finishes. Router `shared-queue` is one queue for all
+   replicas (the ideal bound); the others give each replica its own queue.
 2. the newly admitted requests are prefilled together in one pass (both models when speculating); the prefill
    emits their output token 0 (TTFT) and stalls the running batch for its duration.
 3. one decode step over the whole active batch (the new requests included):
@@ -18,13 +21,24 @@ replica, one event per iteration. An iteration at time `now`:
    `specsim.cost.steptime`).
    baseline — one target pass of B·1 positions; every request emits one token.
 4. requests that emitted their last token finish at the iteration's end.
+An idle replica waits on its own wake-up event, which the router fires when it hands the replica a request (for the
+shared queue: every idle replica, in the order they went idle).
+
+Your own processes: `run_engine(..., processes=[f])` calls `f(env, sim)` for each f and runs the generator it
+returns as a SimPy process beside the engine's — e.g. a replica that fails for 30 s at t = 60 s:
+
+    def outage(env, sim):
+        yield env.timeout(60.0)
+        sim.replicas[0].hold(30.0)   # at its next iteration boundary it stops for 30 s, its batch stalled
+
+and `run_engine(..., router=MyRouter(n))` takes a `routers.Router` of your own (tests/test_routers.py has both).
 
 Two step kernels (`specsim.engine.kernels`, one protocol: admit, step, leave) give identical results
 (tests/test_engine.py checks it): "ahead" when a request's life cannot depend on the batch (the policy's
 `fixed_gamma` with a constant α, and the baseline) — drawn whole before admission; "live" otherwise (traces,
 policies whose γ changes) — per-request state in numpy arrays. A closed loop of one replica whose KV reservation
 never binds, under a batch-free policy, needs no stepping at all: `specsim.engine.closed` computes the same
-Records in iteration space (kernel 'closed', what 'auto' picks there; the loop was ~2 µs per iteration of Python).
+Records in iteration space (kernel 'closed', what 'auto' picks there; an exact shortcut, tested equal).
 """
 
 from __future__ import annotations
@@ -32,60 +46,106 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+import simpy
 
 from specsim.engine import closed
-from specsim.engine.events import WAIT, Clock
 from specsim.engine.kernels import AheadKernel, LiveKernel
 from specsim.engine.metrics import Records, step_columns
+from specsim.engine.routers import Router, make_router
 
 _I64 = np.int64
 
 
-class _Shared:
-    """The arrival side, shared by all replicas: issues requests into one FCFS queue."""
+def _delay_to(now: float, t: float) -> float:
+    """The smallest delay d with now + d >= t in floating point (a - now alone can land one ulp short of a, and a
+    request would then be admitted before it arrived)."""
+    d = t - now
+    while now + d < t:
+        d = float(np.nextafter(d, np.inf))
+    return d
 
-    def __init__(self, clock: Clock, wl):
-        self.clock, self.wl = clock, wl
+
+class _Shared:
+    """The arrival side: issues requests and routes each into a replica's queue (or the one shared queue)."""
+
+    def __init__(self, env: simpy.Environment, wl, n_replicas: int, router: Router):
+        self.env, self.wl, self.router = env, wl, router
         self.n = n = wl.n
         self.concurrency = wl.concurrency
         self.arrival = wl.arrival_s.astype(float).copy()
         self.admit, self.first, self.finish = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-        self.queue: deque = deque()
+        one = deque()
+        self.queues = [one] * n_replicas if router.shared else [deque() for _ in range(n_replicas)]
+        self.outstanding = [0] * n_replicas
+        self.idle: dict[int, simpy.Event] = {}  # replica -> its wake-up event, in the order they went idle
         self.next = self.in_flight = self.done = 0
-        self.force = -1  # open loop: requests up to this index count as arrived (timeouts may round early)
 
-    def pump(self, now: float) -> None:
-        q, n, conc = self.queue, self.n, self.concurrency
-        if conc is not None:
-            while self.in_flight < conc and self.next < n:
-                self.arrival[self.next] = now
-                q.append(self.next)
-                self.next += 1
-                self.in_flight += 1
-        else:
-            while self.next < n and (self.arrival[self.next] <= now or self.next <= self.force):
-                q.append(self.next)
-                self.next += 1
+    def route(self, i: int) -> None:
+        """Request i joins a queue now; the replica(s) that could take it wake up."""
+        if self.router.shared:
+            self.queues[0].append(i)
+            if self.idle:
+                waiting, self.idle = self.idle, {}
+                for ev in waiting.values():
+                    ev.succeed()
+            return
+        r = self.router.pick(i, self.wl, self.outstanding)
+        self.queues[r].append(i)
+        self.outstanding[r] += 1
+        ev = self.idle.pop(r, None)
+        if ev is not None:
+            ev.succeed()
 
-    def next_arrival(self):
-        if self.wl.concurrency is None and self.next < self.wl.n:
-            return float(self.arrival[self.next])
-        return None
+    def issue(self, now: float) -> None:
+        """Closed loop: every client with no request in flight issues its next one now."""
+        while self.in_flight < self.concurrency and self.next < self.n:
+            self.arrival[self.next] = now
+            self.next += 1
+            self.in_flight += 1
+            self.route(self.next - 1)
 
-    def finished(self, k: int) -> None:
+    def arrivals(self):
+        """Open loop: the arrival process — each request is routed at its arrival time."""
+        env, arr, n = self.env, self.arrival, self.n
+        while self.next < n:
+            a = arr[self.next]
+            if a > env.now:
+                yield env.timeout(_delay_to(env.now, a))
+            self.next += 1
+            self.route(self.next - 1)
+
+    def wait(self, r: int) -> simpy.Event:
+        ev = self.idle[r] = self.env.event()
+        return ev
+
+    def finished(self, r: int, k: int) -> None:
         self.done += k
-        self.in_flight -= k
-        self.clock.signal()  # wakes the idle replicas waiting for a client to free up, if any
+        self.outstanding[r] -= k
+        if self.concurrency is not None:
+            self.in_flight -= k
+            self.issue(self.env.now)
 
 
 class _Replica:
     """One replica's engine loop: admission under the KV budget, prefill, the kernel's decode step, departures."""
 
-    def __init__(self, sim: _Sim, kernel):
-        self.sim, self.kernel = sim, kernel
+    def __init__(self, sim: _Sim, index: int, kernel):
+        self.sim, self.index, self.kernel = sim, index, kernel
+        self.queue = sim.shared.queues[index]
         self.kv_used = 0.0
+        self.hold_s = 0.0  # a user process's outage: served at the next iteration boundary (see `hold`)
         # global step-row index of each local decode step (one replica: they are the same)
         self.steps_global: list[int] | None = [] if sim.n_replicas > 1 else None
+
+    def hold(self, duration_s: float) -> None:
+        """Stop this replica for `duration_s` at its next iteration boundary (its running batch stalls, its queue
+        keeps filling): the hook for a user's failure or maintenance process."""
+        if not duration_s >= 0.0:
+            raise ValueError(f"hold needs a duration >= 0 s, got {duration_s!r}")
+        self.hold_s += float(duration_s)
+        ev = self.sim.shared.idle.pop(self.index, None)
+        if ev is not None:  # an idle replica holds from now
+            ev.succeed()
 
     def global_steps(self) -> np.ndarray:
         """The global step-row index of each of this replica's decode steps (its own order)."""
@@ -94,7 +154,7 @@ class _Replica:
         return np.asarray(self.steps_global, dtype=_I64)
 
     def _admit(self, active: int) -> list[int]:
-        sim, q = self.sim, self.sim.shared.queue
+        sim, q = self.sim, self.queue
         cap = sim.wl.max_batch - active
         budget, bytes_l = sim.kv_budget, sim.bytes_l
         new = []
@@ -106,39 +166,23 @@ class _Replica:
             new.append(q.popleft())
         return new
 
-    def _idle(self, now: float):
-        """Nothing to run: what to wait for — the delay to the next arrival, or WAIT for a client to free up —
-        or None when done."""
-        sh = self.sim.shared
-        if sh.done == sh.n:
-            return None
-        nxt = sh.next_arrival()
-        if nxt is not None:
-            sh.force = max(sh.force, sh.next)
-            return max(0.0, nxt - now)
-        if sh.in_flight > 0 or sh.queue:
-            return WAIT
-        return None
-
     def loop(self):
         """The module docstring's four steps, once per iteration."""
-        sim, sh, clock, k = self.sim, self.sim.shared, self.sim.clock, self.kernel
+        sim, sh, env, k, q, r = self.sim, self.sim.shared, self.sim.env, self.kernel, self.queue, self.index
         costs, spec, steps, glob = sim.costs, sim.policy is not None, sim.steps, self.steps_global
-        spec_step, plain_step = costs.spec_step, costs.plain_step
-        conc, prompt_l = sh.concurrency, sim.prompt_l
-        arr = sh.arrival.tolist() + [float("inf")] if conc is None else None  # open loop: fixed arrival times
+        spec_step, plain_step, timeout = costs.spec_step, costs.plain_step, env.timeout
+        prompt_l = sim.prompt_l
         while True:
-            now = clock.now
-            # 1. arrivals join the queue (pump() only where its first test passes); admit from its head
-            if (sh.next <= sh.force or arr[sh.next] <= now) if conc is None else (sh.in_flight < conc and
-                                                                                    sh.next < sh.n):
-                sh.pump(now)
-            new = self._admit(k.size) if sh.queue else []
+            if self.hold_s:
+                d, self.hold_s = self.hold_s, 0.0
+                yield timeout(d)
+            now = env.now
+            # 1. admit from the head of this replica's queue (the router filled it)
+            new = self._admit(k.size) if q else []
             if not new and not k.size:
-                ev = self._idle(now)
-                if ev is None:
+                if sh.done == sh.n:
                     return
-                yield ev
+                yield sh.wait(r)  # the router wakes this replica when a request reaches its queue
                 continue
             # 2. prefill the admitted requests together (output token 0)
             pre_t, early = 0.0, None
@@ -160,7 +204,7 @@ class _Replica:
                 t_end = now + t
             else:
                 t_end = now + pre_t
-            yield t_end - now  # the clock becomes now + (t_end - now), as SimPy's was
+            yield timeout(t_end - now)  # SimPy's clock becomes now + (t_end - now)
             # 4. the requests done at the prefill or in this step leave
             if early is not None or gone is not None:
                 self._leave(early, gone, t_end)
@@ -176,12 +220,12 @@ class _Replica:
             n += left
             self.kv_used -= freed
         if n:
-            self.sim.shared.finished(n)
+            self.sim.shared.finished(self.index, n)
 
 
 class _Sim:
-    def __init__(self, wl, costs, acc, policy, memory, replicas, kernel):
-        self.clock = Clock()
+    def __init__(self, wl, costs, acc, policy, memory, replicas, kernel, router: Router):
+        self.env = simpy.Environment()
         self.wl, self.costs, self.acc, self.policy, self.n_replicas = wl, costs, acc, policy, replicas
         self.catchup = policy is not None and costs.catchup
         can_ahead = policy is None or (policy.fixed_gamma is not None and acc.constant)
@@ -198,28 +242,46 @@ class _Sim:
         self.bytes_exact = bool(np.all(self.req_bytes == np.floor(self.req_bytes))) and \
             float(self.req_bytes.sum()) < 2.0 ** 53
         self.plan = self.kernel_cls.plan(self)
-        self.shared = _Shared(self.clock, wl)
+        self.shared = _Shared(self.env, wl, replicas, router)
         # one row per decode step: StepRow's fields as a plain tuple (read by name in `metrics.step_columns`); a
         # NamedTuple built per iteration costs ~8% of a plain-decoding step (callgrind, batch 64)
         self.steps: list[tuple] = []
-        self.replicas = [_Replica(self, self.kernel_cls(self, self.plan)) for _ in range(replicas)]
+        self.replicas = [_Replica(self, r, self.kernel_cls(self, self.plan)) for r in range(replicas)]
+
+    def run(self, processes=()) -> None:
+        """The arrival process (open loop) or the clients' first requests (closed loop), every replica's loop and
+        the user's processes, on one SimPy environment until no event is pending."""
+        env, sh = self.env, self.shared
+        if sh.concurrency is None:
+            env.process(sh.arrivals())
+        else:
+            sh.issue(0.0)
+        for rep in self.replicas:
+            env.process(rep.loop())
+        for make in processes:
+            env.process(make(env, self))
+        env.run()
 
 
-def run_engine(wl, costs, acc=None, policy=None, memory=None, replicas: int = 1, kernel: str = "auto") -> Records:
+def run_engine(wl, costs, acc=None, policy=None, memory=None, replicas: int = 1, kernel: str = "auto",
+               router: str | Router = "round-robin", seed: int = 0, processes=()) -> Records:
     """Simulate the workload; speculative when `policy` is given, else the plain-decoding baseline.
 
     kernel: 'auto' (the closed loop in iteration space where `closed.eligible`, else the event loop with the ahead
     kernel where possible), 'closed', or the event loop with 'live' or 'ahead' — results are identical; tests
-    compare them."""
-    if kernel in ("auto", "closed"):
+    compare them. router: a name in `routers.ROUTERS` or a `Router` (its seed: `seed`). processes: callables
+    f(env, sim) whose generators run as SimPy processes beside the engine's (the module docstring's example)."""
+    if not isinstance(router, Router):
+        router = make_router(router, replicas, seed)
+    if kernel in ("auto", "closed") and not processes:
         need = memory.request_bytes(wl.prompt_len, wl.output_len) if memory is not None else np.zeros(wl.n)
         if closed.eligible(wl, acc, policy, need, None if memory is None else memory.kv_budget, replicas):
             return closed.run_closed(wl, costs, acc, policy)
         if kernel == "closed":
             raise ValueError("the 'closed' kernel needs a closed loop of one replica, a batch-free policy and a KV "
                              "reservation that never binds")
-    sim = _Sim(wl, costs, acc, policy, memory, replicas, kernel)
-    sim.clock.run([r.loop() for r in sim.replicas])
+    sim = _Sim(wl, costs, acc, policy, memory, replicas, kernel if kernel != "closed" else "auto", router)
+    sim.run(processes)
     sh = sim.shared
     if sh.done != wl.n:  # pragma: no cover - an engine bug, not a user error
         raise RuntimeError(f"engine stopped with {wl.n - sh.done} requests unfinished")

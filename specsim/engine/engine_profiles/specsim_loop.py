@@ -23,6 +23,7 @@ def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
                               allowed="simpy or auto, or batch 1 without rate / arrivals_csv / replicas")
         spec, base = run_fast(wl, costs, acc, policy), run_fast(wl, costs)
     else:
-        spec = run_engine(wl, costs, acc, policy, mem_spec, cfg.workload.replicas)
-        base = run_engine(wl, costs, None, None, mem_base, cfg.workload.replicas)
+        w = cfg.workload
+        spec = run_engine(wl, costs, acc, policy, mem_spec, w.replicas, router=w.router, seed=w.seed)
+        base = run_engine(wl, costs, None, None, mem_base, w.replicas, router=w.router, seed=w.seed)
     return spec, base, {"engine": "fast" if fast else "simpy"}
