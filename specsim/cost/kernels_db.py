@@ -76,7 +76,8 @@ def system_for(hardware, stack_name: str) -> str:
     if not system:
         raise ConfigError(f"hardware {hardware.name} has no measured kernels", field="--stack", value=stack_name,
                           allowed="a hardware whose profile names its measured_system (h100-sxm, h200, b200, "
-                                  "b300, gb200, l40s, rtx-pro-6000, a100-80gb), or a roofline stack")
+                                  "b300, gb200, l40s, rtx-pro-6000, a100-80gb), or a roofline stack such as "
+                                  "ideal")
     return system
 
 
