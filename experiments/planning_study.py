@@ -127,11 +127,11 @@ def energy_figure(energy: pd.DataFrame, path: Path) -> None:
 
 def plan_table(rows: list[dict]) -> list[str]:
     lines = ["| option | rate | replicas plain | replicas spec | best | $/Mtok plain | $/Mtok spec | J/tok plain | "
-             "J/tok spec | speedup (sim) | eq. (5) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "J/tok spec | speedup (mean latency) | eq. (5) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in pd.DataFrame(rows).itertuples():
         lines.append(f"| {r.option} | {r.rate:g} | {_i(r.replicas_baseline)} | {_i(r.replicas_spec)} | "
                      f"{r.best or '—'} | {_f(r.usd_per_mtok_baseline)} | {_f(r.usd_per_mtok_spec)} | "
-                     f"{_f(r.energy_j_per_token_baseline)} | {_f(r.energy_j_per_token_spec)} | {_f(r.speedup)} | "
+                     f"{_f(r.energy_j_per_token_baseline)} | {_f(r.energy_j_per_token_spec)} | {_f(r.speedup_latency)} | "
                      f"{_f(r.speedup_eq5)} |")
     return lines
 
@@ -173,7 +173,7 @@ def markdown(plans: dict[str, list[dict]], energy: pd.DataFrame, counts: dict) -
              "drafting for Llama-3.1-70B); prices are on-demand list prices from the hardware profiles (marked "
              "there: verify before quoting); power = idle floor (10% of TDP, an assumption) + dynamic power scaled "
              "by the roofline's utilisation (`specsim/cost/power.py`). $/Mtok and J/token are provisioned: every "
-             "chip of every replica billed and idling for the hour at the offered token rate "
+             "chip of every replica billed and idling for the hour, per token served "
              "(`specsim.studies.plan.provisioned`). Each point: max(200, 60 s × rate) Poisson requests; the SLO percentiles cover the requests arriving after the first 10 s (warm-up: the run starts from an empty engine).", ""]
     lines += ["## Findings", ""] + findings(plans, energy) + [""]
     for slo, rows in plans.items():

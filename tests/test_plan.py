@@ -1,5 +1,6 @@
-"""`specsim plan`: the replicas it finds are the minimum (one fewer misses an SLO in the simulator), with and
-without speculation; a rerun resumes; $/Mtok matches price x time by hand; bad plans are one line, exit 2."""
+"""`specsim plan`: the replicas it finds are the minimum (one fewer misses an SLO or does not keep up, in the
+simulator), with and without speculation; a rerun resumes; $/Mtok matches price x time per token served by hand;
+bad plans are one line, exit 2. (Keeping up: tests/test_plan_keepup.py.)"""
 
 import json
 import textwrap
@@ -10,6 +11,7 @@ from conftest import cli_capsys
 from specsim.profiles import loader
 from specsim.simulate import run
 from specsim.studies.plan import meets, run_plan
+from specsim.studies.plan_keepup import run_point
 from specsim.studies.plan_spec import BASELINE, Candidate, load_plan
 
 PLAN = """
@@ -50,8 +52,9 @@ def planned(tmp_path_factory):
 
 
 def _sim(plan, row, cand, replicas):
+    """The plan's own point: the simulation row plus its keep-up figures."""
     o = next(o for o in plan.options if o.name == row["option"])
-    return run(plan.config(o, row["tp"], row["rate"], cand, replicas))
+    return run_point(plan.config(o, row["tp"], row["rate"], cand, replicas))
 
 
 def test_replicas_found_are_the_minimum(planned):
@@ -74,21 +77,26 @@ def test_speculation_saves_a_replica_at_high_rate(planned):
     hi = next(r for r in report.rows if r["rate"] == 32)
     assert hi["replicas_spec"] < hi["replicas_baseline"]
     assert hi["replicas_saved"] == hi["replicas_baseline"] - hi["replicas_spec"]
-    assert hi["best"] in ("gamma=3", "gamma=5") and hi["monotone"]
+    assert hi["best"] in ("gamma=3", "gamma=5") and hi["best"] == hi["spec_candidate"] and hi["monotone"]
+    assert hi["best_why"].startswith(hi["best"]) and f"plain decoding needs {hi['replicas_baseline']}" in hi["best_why"]
     assert "tpot_p90_s" in hi["baseline_missed_at"]
-    assert hi["speedup_eq5"] > 1 and hi["speedup"] > 1  # the closed form beside the simulated figure
+    # the closed form beside the simulated figures, each speedup under its own name (no bare 'speedup')
+    assert hi["speedup_eq5"] > 1 and hi["speedup_latency"] > 1 and hi["speedup_walltime"] > 0
+    assert "speedup" not in hi
 
 
 def test_usd_and_energy_per_token_by_hand(planned):
-    """The planner's figures bill every chip for the hour at the offered token rate; the run's own figures bill
-    the makespan; J/token adds the idle floor over the hour to the simulated dynamic energy."""
+    """The planner's figures bill every chip for the hour per token SERVED (the run's served rate, capped at the
+    offered one); the run's own figures bill the makespan; J/token adds the idle floor over the hour to the
+    simulated dynamic energy."""
     plan, report, _ = planned
     row = report.rows[-1]
     r = row["replicas_baseline"]
     sim = _sim(plan, row, BASELINE, r)
     hw = loader.hardware("h100-sxm")
     tokens, requests = sim["output_tokens"], sim["requests"]
-    token_rate = row["rate"] * tokens / requests
+    token_rate = min(row["rate"] * tokens / requests, sim["baseline_served_tok_s"])
+    assert row["served_tok_s_baseline"] == sim["baseline_served_tok_s"]
     assert row["usd_per_mtok_baseline"] == pytest.approx(r * hw.price_usd_per_hour / 3600 / token_rate * 1e6,
                                                          rel=1e-12)
     usd_run = r * hw.price_usd_per_hour * sim["baseline_walltime_s"] / 3600

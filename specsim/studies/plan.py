@@ -2,16 +2,18 @@
 
 For every (hardware option, TP degree, rate, candidate) — the candidates being the no-speculation baseline, each
 fixed γ and each γ policy of the plan (`specsim.studies.plan_spec`) — the search finds the smallest replica count
-whose simulated latency percentiles all meet the plan's SLOs: it doubles from 1 replica until one meets them (or
-`max_replicas` does not), then bisects between the last miss and the first hit. So every answer r comes with r − 1
-simulated and missing an SLO (or r = 1). The bisection assumes more replicas never hurt; the table says where a
-probe contradicted that (`monotone` false).
+whose replicas keep up with the load (`specsim.studies.plan_keepup`: served throughput within its tolerance of
+offered, TTFT not growing over the run — checked whatever the objectives say, so an overloaded system is never an
+answer) and whose simulated latency percentiles all meet the plan's SLOs: it doubles from 1 replica until one
+passes (or `max_replicas` does not), then bisects between the last miss and the first hit. So every answer r comes
+with r − 1 simulated and failing, with the reason (or r = 1). The bisection assumes more replicas never hurt; the
+table says where a probe contradicted that (`monotone` false).
 
 All searches advance together: each round is one sweep (`specsim.sweep.run_sweep`) of the points the open searches
 probe next, in DIR/rounds/round-NN-HASH/ (HASH: of its points), so a plan runs on local processes or a Dask
 cluster, and a killed plan rerun with the same file and --out reuses every finished point and continues. The baseline is read from the paired
-baseline of the first candidate's runs (it does not depend on γ). Every row carries the simulated speedup and the
-closed-form eq. (5) at the chosen point, $/Mtok and J/token (`specsim.cost.power`) for both.
+baseline of the first candidate's runs (it does not depend on γ). The answer per (option, tp, rate) is
+`specsim.studies.plan_answer`: `best` the fewest replicas, then the lowest $/Mtok, plain decoding included.
 """
 
 from __future__ import annotations
@@ -24,15 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim.errors import ConfigError, SpecsimError
+from specsim.studies import plan_keepup
+from specsim.studies.plan_answer import provisioned, summary_rows  # noqa: F401  (provisioned: the study's figure)
 from specsim.studies.plan_spec import BASELINE, Candidate, Option, PlanSpec, load_plan
 from specsim.sweep.checks import digests_of
 from specsim.sweep.grid import canonical_json, point_id
 from specsim.sweep.run import SweepInterrupted, run_sweep
-from specsim.sweep.spec import DEFAULT_POINT_FN, SweepSpec
+from specsim.sweep.spec import SweepSpec
 
 MANIFEST = "plan.json"
 ROUNDS = "rounds"
 MAX_ROUNDS = 64  # doubling to 1024 replicas and bisecting back takes 21; beyond this something is wrong
+POINT_FN = "specsim.studies.plan_keepup:run_point"  # the simulation row plus its keep-up figures
 
 
 @dataclass
@@ -43,19 +48,20 @@ class Search:
     tp: int
     rate: float | None
     cand: Candidate
-    lo: int = 0  # the largest replica count seen to miss an SLO (0: none yet)
-    hi: int | None = None  # the smallest seen to meet them all
+    lo: int = 0  # the largest replica count seen to fail (miss an SLO or not keep up; 0: none yet)
+    hi: int | None = None  # the smallest seen to pass
     infeasible: str | None = None
     monotone: bool = True  # False once a probe met the SLOs below one that missed them
     fallback: bool = False  # the baseline is read from an n-gram run (the first candidate's run failed)
     rows: dict = field(default_factory=dict)  # replicas -> the point's result row
+    why: dict = field(default_factory=dict)  # replicas -> why that count failed (`miss`)
 
     def next_probe(self, max_replicas: int) -> int | None:
         if self.infeasible is not None:
             return None
         if self.hi is None:
             if self.lo >= max_replicas:
-                self.infeasible = f"misses the SLOs even at max_replicas = {max_replicas}"
+                self.infeasible = f"fails even at max_replicas = {max_replicas}: {self.why.get(self.lo, '?')}"
                 return None
             return 1 if self.lo == 0 else min(2 * self.lo, max_replicas)
         return None if self.hi - self.lo <= 1 else (self.lo + self.hi) // 2
@@ -68,24 +74,35 @@ class Search:
         if row.get("error"):
             self.infeasible = str(row["error"])
             return
-        if meets(row, slo, self.cand):
+        why = miss(row, slo, self.cand)
+        if why is None:
             if replicas <= self.lo:
                 self.monotone = False
             self.hi = replicas if self.hi is None else min(self.hi, replicas)
         else:
+            self.why[replicas] = why
             if self.hi is not None and replicas >= self.hi:
                 self.monotone = False
             self.lo = max(self.lo, replicas)
 
 
-def meets(row: dict, slo: dict, cand: Candidate) -> bool:
-    """Every objective met by the candidate's run (the baseline's columns for the baseline)."""
+def miss(row: dict, slo: dict, cand: Candidate) -> str | None:
+    """Why the candidate's run (the baseline's columns for the baseline) is not an answer: its replicas do not
+    keep up (`plan_keepup`, whatever the objectives say), or an objective is missed; None when it is one."""
     prefix = "baseline_" if cand.policy is None else ""
+    why = plan_keepup.why_not_keeping_up(row, prefix)
+    if why is not None:
+        return why
     for key, limit in slo.items():
         v = row.get(prefix + key)
         if v is None or v != v or v > limit:  # None / NaN: nothing finished, so nothing met
-            return False
-    return True
+            return f"{key} = {'none' if v is None or v != v else f'{v:.4g}'} > {limit:g}"
+    return None
+
+
+def meets(row: dict, slo: dict, cand: Candidate) -> bool:
+    """The candidate's run keeps up and meets every objective."""
+    return miss(row, slo, cand) is None
 
 
 @dataclass
@@ -96,6 +113,7 @@ class PlanReport:
     searches: list[Search]
     rows: list[dict]
     notes: list[str]
+    slo: dict = field(default_factory=dict)  # the plan's objectives (the plot's title states them)
 
 
 def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str | None = None,
@@ -128,7 +146,7 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
     else:
         raise SpecsimError(f"plan did not converge in {MAX_ROUNDS} rounds")
     rows = summary_rows(plan, searches)
-    return PlanReport(str(out), k - 1, len(seen), searches, rows, notes)
+    return PlanReport(str(out), k - 1, len(seen), searches, rows, notes, dict(plan.slo))
 
 
 def _claim(out: Path, plan: PlanSpec) -> None:
@@ -160,6 +178,8 @@ def plan_id(plan: PlanSpec) -> str:
          "duration_s": plan.duration_s, "min_requests": plan.min_requests, "slo": plan.slo}
     if plan.warmup_s:  # only when set: plans written before it keep their id
         d["warmup_s"] = plan.warmup_s
+    # the keep-up rule changes which points are answers: a directory of a plan run without it is another plan
+    d["keepup"] = [plan_keepup.SERVED_TOL, plan_keepup.NOISE_SIGMAS, plan_keepup.QUEUE_GROWTH_MAX]
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -178,7 +198,7 @@ def _run_round(plan: PlanSpec, out: Path, k: int, configs: list, scheduler, work
         write_atomic(record, lambda f: f.write(json.dumps([json.loads(canonical_json(c)) for c in configs],
                                                            indent=0).encode()))
     digests = digests_of(configs, plan.path, lambda f: f"fixed.{f}")
-    spec = SweepSpec(path=record, name=f"{plan.name}-{stem}", fixed={}, axes={}, point_fn=DEFAULT_POINT_FN,
+    spec = SweepSpec(path=record, name=f"{plan.name}-{stem}", fixed={}, axes={}, point_fn=POINT_FN,
                      chunk_size=0, plots=False, points=configs, ids=[point_id(c, digests) for c in configs],
                      grid_key=grid_key, digests=digests)
     try:
@@ -194,95 +214,3 @@ def _run_round(plan: PlanSpec, out: Path, k: int, configs: list, scheduler, work
 
 def _isnan(v) -> bool:
     return isinstance(v, float) and v != v
-
-
-# --- the answer -------------------------------------------------------------------------------------------
-
-_PROVISIONED = ("usd_per_mtok", "energy_j_per_token")
-_FIGURES = ("usd_per_mtok", "energy_j_per_token", "ttft_p90_s", "tpot_p90_s", "throughput_tok_s")
-
-
-def provisioned(row: dict, prefix: str, hardware: str, tp: int, replicas: int, rate: float | None) -> dict:
-    """$/Mtok and J/token of serving `rate` for an hour on `replicas` replicas: every chip billed and idling for
-    the whole hour, the tokens those requests ask for (rate × the run's mean output), the dynamic energy per token
-    as simulated. A finite run's own figures (`*_sim`) also bill the drain after the last arrival, which a
-    minute-long run overweights; the planner's figure is this steady-state one (None for a replayed CSV)."""
-    from specsim.cost.power import per_token
-    from specsim.profiles import loader
-
-    out = {}
-    tokens, requests = row.get("output_tokens"), row.get("requests")
-    if rate is None or not tokens or not requests:
-        return {"usd_per_mtok": row.get(f"{prefix}usd_per_mtok"), "energy_j_per_token":
-                row.get(f"{prefix}energy_j_per_token")}
-    hw, chips = loader.hardware(hardware), tp * replicas
-    token_rate = rate * tokens / requests
-    out["usd_per_mtok"] = None if hw.price_usd_per_hour is None else \
-        per_token(chips * hw.price_usd_per_hour / 3600.0, token_rate, 1e6)
-    e, wall = row.get(f"{prefix}energy_j_per_token"), row.get(f"{prefix}walltime_s")
-    out["energy_j_per_token"] = None if e is None or hw.idle_w is None else \
-        e - hw.idle_w * chips * wall / tokens + hw.idle_w * chips / token_rate
-    return out
-
-
-def summary_rows(plan: PlanSpec, searches: list[Search]) -> list[dict]:
-    """One row per (option, tp, rate): replicas without and with speculation (its best candidate), and figures."""
-    groups: dict = {}
-    for s in searches:
-        groups.setdefault((s.option.name, s.tp, s.rate), []).append(s)
-    return [_row(plan, key, ss) for key, ss in groups.items()]
-
-
-def _row(plan: PlanSpec, key, ss: list[Search]) -> dict:
-    name, tp, rate = key
-    base = next(s for s in ss if s.cand.policy is None)
-    spec = [s for s in ss if s.cand.policy is not None and s.hi is not None]
-    best = min(spec, key=lambda s: (s.hi, s.rows[s.hi].get("usd_per_mtok") or float("inf")), default=None)
-    row = {"option": name, "hardware": base.option.fields.get("hardware"), "tp": tp,
-           "rate": rate if rate is not None else _replay_rate(base, plan), "replicas_baseline": base.hi,
-           "replicas_spec": best.hi if best else None, "best": best.cand.label if best else None,
-           "replicas_saved": (base.hi - best.hi) if best and base.hi else None,
-           "monotone": all(s.monotone for s in ss),
-           "why_not": None if best else "; ".join(sorted({s.infeasible for s in ss if s.infeasible} or {"?"})),
-           "why_not_baseline": base.infeasible}
-    hw = base.option.fields.get("hardware")
-    if base.hi is not None:
-        b = base.rows[base.hi]
-        for f in _FIGURES:
-            row[f"{f}_{'sim_' if f in _PROVISIONED else ''}baseline"] = b.get(f"baseline_{f}")
-        row.update({f"{k}_baseline": v for k, v in provisioned(b, "baseline_", hw, tp, base.hi, rate).items()})
-        row["baseline_missed_at"] = _missed(base, plan)
-    if best is not None:
-        r = best.rows[best.hi]
-        for f in _FIGURES:
-            row[f"{f}_{'sim_' if f in _PROVISIONED else ''}spec"] = r.get(f)
-        row.update({f"{k}_spec": v for k, v in provisioned(r, "", hw, tp, best.hi, rate).items()})
-        row.update(speedup=r.get("speedup"), speedup_eq5=r.get("speedup_eq5"), alpha=r.get("alpha"), c=r.get("c"),
-                   spec_missed_at=_missed(best, plan))
-    row["candidates"] = {s.cand.label: s.hi for s in ss}
-    return row
-
-
-def _missed(s: Search, plan: PlanSpec) -> str | None:
-    """The objective the run at one replica fewer missed (None at 1 replica): the proof the answer is the minimum."""
-    if s.hi is None or s.hi == 1:
-        return None
-    row = s.rows.get(s.hi - 1)
-    if row is None:
-        return "not simulated"
-    prefix = "baseline_" if s.cand.policy is None else ""
-    for k, limit in plan.slo.items():
-        v = row.get(prefix + k)
-        if v is None or v > limit:
-            return f"{k} = {'none' if v is None else f'{v:.4g}'} > {limit:g} at {s.hi - 1} replicas"
-    return "met (non-monotone)"
-
-
-def _replay_rate(s: Search, plan: PlanSpec) -> float | None:
-    """A replayed log's mean arrival rate: (requests − 1) / (last arrival − first arrival)."""
-    from specsim.engine.workload import build_workload
-
-    cand = plan.candidates[0]
-    wl = build_workload(plan.config(s.option, s.tp, None, cand, 1))
-    span = float(wl.arrival_s.max() - wl.arrival_s.min()) if wl.n > 1 else 0.0
-    return (wl.n - 1) / span if span > 0 else None
