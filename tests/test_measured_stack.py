@@ -170,3 +170,32 @@ def test_roofline_cli_prints_parts_and_engine_term_apart():
     r = subprocess.run([sys.executable, "-m", "specsim", "roofline", "--hardware", "h100-sxm", "--model",
                         "llama-3.1-8b", "--stack", "vllm"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "engine ms" in r.stdout and "attention ms" in r.stdout
+
+
+def test_head_single_layer_is_one_target_layer_plus_its_own_gemms():
+    """A draft head's single layer (a shape no table has as such) is the target's per-layer kernels once: the
+    EAGLE-1 head (the 8B's layer shape, the 8B's LM head) costs the 8B's layers / 32 + its LM head, embedding and
+    the fc GEMM (2d -> d) — within 1%."""
+    d = Deployment.resolve("h100-sxm", "llama-3.1-8b", "eagle-llama-3.1-8b", stack="vllm", method="eagle")
+    target, head = d.cost_models
+    k = target.kernels
+    for batch in (1, 16):
+        ops = {e[0]: e[1] * 1e-3 for e in k.h.evaluate_generation_ops(k.all_idx, batch_size=batch, s=513)}
+        once = ops["generation_logits_gemm"] + ops["generation_embedding"]
+        per_layer = (sum(ops.values()) - once) / 32
+        fc = head.kernels.gemm_s((("fc", 1.0, 4096, 8192),), batch)
+        assert head.kernel_s(batch, 1, 512) == pytest.approx(per_layer + once + fc, rel=0.01), batch
+
+
+@pytest.mark.parametrize("draft,method", [("llama-3.2-1b", "draft_model"), ("ngram", "ngram"),
+                                          ("mtp-llama-3.1-8b", "mtp")])
+def test_every_proposer_runs_on_the_measured_stack(draft, method):
+    from specsim.config import SimConfig
+    from specsim.simulate import run
+
+    cfg = SimConfig.from_flat({"hardware": "h200", "target": "llama-3.1-8b", "draft": draft, "method": method,
+                               "stack": "vllm", "alpha": 0.7, "gamma": 3, "batch": 4, "requests": 8,
+                               "prompt_len": 64, "output_len": 32})
+    row = run(cfg)
+    assert 1.0 < row["speedup"] < 3.0
+    assert row["baseline_tpot_mean_s"] > ms.engine_terms("vllm", "0.24.0").step_s
