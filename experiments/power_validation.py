@@ -5,7 +5,8 @@ Input: tests/fixtures/power/mlenergy_v3_lm_arena_chat.csv (the 18 ML.ENERGY v3 r
 - power_fit.md: the fits (the one the shipped h100-sxm and b200 profiles carry, and alternatives) and the
   leave-one-model-out table, with what is and is not identified;
 - power_lomo.csv: one row per measured row and scheme: measured vs predicted W per GPU and J/token;
-- power_lomo.png: predicted vs measured W per GPU, leave-one-model-out.
+- power_lomo.png: predicted vs measured W per GPU, leave-one-model-out;
+- power_end_to_end.csv: `simulate` at each row's setting (the whole simulator, in-sample).
 Schemes: "pooled" — one curve in fractions of TDP over every chip's rows (what ships: B200 has two models, too few
 to hold one out and fit three figures on the other alone); "h100-only" — H100 rows alone. A held-out model's rows
 are never in its fit, on any chip. J/token predicted = predicted W per GPU × TP / the row's measured tokens/s (a
@@ -47,8 +48,9 @@ def verdict(recs: list[dict], gpu: str) -> str:
     w = max(abs(r["w_err_pct"]) for r in mine)
     j = max(abs(r["j_err_pct"]) for r in mine)
     ok = sum(abs(r["w_err_pct"]) <= LIMITS[gpu] and abs(r["j_err_pct"]) <= LIMITS[gpu] for r in mine)
-    return (f"{ok}/{len(mine)} rows within {LIMITS[gpu]:g}% (W: mean |err| {mean_abs([r['w_err_pct'] for r in mine]):.1f}%"
-            f", max {w:.1f}%; J/token max {j:.1f}%)")
+    mean_w = mean_abs([r["w_err_pct"] for r in mine])
+    return (f"{ok}/{len(mine)} rows within {LIMITS[gpu]:g}% (W: mean |err| {mean_w:.1f}%, max {w:.1f}%; "
+            f"J/token max {j:.1f}%)")
 
 
 def main() -> None:
@@ -66,8 +68,53 @@ def main() -> None:
         for r in allrecs:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
     _plot(recs)
-    _markdown(pooled, h_only, recs, insample)
+    e2e = end_to_end(rows)
+    with (OUT / "power_end_to_end.csv").open("w", newline="") as f:
+        keys = list(dict.fromkeys(k for r in e2e for k in r))
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in e2e:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    sens = {}
+    for lens in ((512, 512), (1000, 250)):  # the lengths the rows do not give: how much the answer leans on them
+        alt = [row_parts(r) for r in read_power_rows(CSV_IN, *lens, "cuda-graphs")]
+        sens[lens] = lomo(alt, "pooled")
+    _markdown(pooled, h_only, recs, insample, e2e)
+    with (OUT / "power_fit.md").open("a") as f:
+        f.write("\n## Sensitivity to the assumed prompt / output lengths (pooled, leave-one-model-out)\n\n")
+        for (pl, ol), rs in sens.items():
+            f.write(f"- prompt {pl} / output {ol}: " + "; ".join(f"{g}: {verdict(rs, g)}" for g in LIMITS) + "\n")
     print((OUT / "power_fit.md").read_text())
+
+
+def end_to_end(rows) -> list[dict]:
+    """simulate at each row's setting (closed loop at its batch, 4 × batch requests of the assumed lengths, n-gram
+    slot so no draft model is needed; the plain-decoding baseline is the row's run): mean W per chip over the
+    whole run with the shipped profile, on the roofline (cuda-graphs) and, where the chip has measured kernels, the
+    vllm measured-kernel stack. The fit saw these rows: this checks the simulator's own utilisation, not a hold-out."""
+    from specsim.errors import ConfigError
+    from specsim.simulate import make_config, run
+
+    out = []
+    for rp in rows:
+        r = rp.row
+        for stack in ("cuda-graphs", "vllm"):
+            B = max(1, int(round(r.batch)))
+            try:
+                res = run(make_config(hardware=r.gpu, target=r.model, method="ngram", alpha=0.5, gamma=2, batch=B,
+                                      requests=4 * B, prompt_len=r.prompt_len, output_len=r.output_len, tp=r.tp,
+                                      stack=stack))
+            except ConfigError as e:
+                out.append({"model": r.model, "gpu": r.gpu, "tp": r.tp, "batch": r.batch, "stack": stack,
+                            "error": e.message})
+                continue
+            w, tok_s = res["baseline_power_w_per_chip_mean"], res["baseline_throughput_tok_s"]
+            out.append({"model": r.model, "gpu": r.gpu, "tp": r.tp, "batch": r.batch, "stack": stack,
+                        "w_measured": r.w_per_gpu, "w_simulated": w, "w_err_pct": 100 * (w / r.w_per_gpu - 1),
+                        "tok_s_measured": r.tok_s, "tok_s_simulated": tok_s,
+                        "j_per_token_measured": r.w_per_gpu * r.tp / r.tok_s,
+                        "j_per_token_simulated": res["baseline_energy_j_per_token"]})
+    return out
 
 
 def _plot(recs: list[dict]) -> None:
@@ -98,20 +145,23 @@ def _fit_line(name: str, fit, rows_note: str) -> str:
             f"{', '.join(fit.at_bound) or 'none'} |")
 
 
-def _markdown(pooled, h_only, recs, insample) -> None:
+def _markdown(pooled, h_only, recs, insample, e2e) -> None:
     lines = ["# Power curve vs measured serving power (ML.ENERGY v3, lm-arena-chat)", "",
              "Written by `experiments/power_validation.py` from `tests/fixtures/power/mlenergy_v3_lm_arena_chat.csv`.",
-             "Model: P = floor + (TDP − floor)·s/(1+s), s = w_mbu·MBU + w_mfu·MFU per pass (specsim/cost/power.py);",
+             "Model: P = floor + (TDP − floor)·s/(1+s), s = w_mbu·MBU + w_mfu·MFU per pass",
+             "(specsim/cost/power.py);",
              "each row's passes: one decode pass at the mean running batch and context prompt + output/2, plus its",
              "share of prefills (batch/output requests per step), priced by the roofline with the cuda-graphs stack;",
              "prompt 70 / output 215 tokens (LMSYS-Chat-1M per-turn means: an assumption, the rows carry no lengths).",
              "J/token predicted = predicted W/GPU × TP / measured tokens/s.", "",
-             "## Fits", "", "| fit | rows | floor / TDP | w_mbu | w_mfu | in-sample mean / max abs W error | at a bound |",
+             "## Fits", "",
+             "| fit | rows | floor / TDP | w_mbu | w_mfu | in-sample mean / max abs W error | at a bound |",
              "|---|---|---|---|---|---|---|",
              _fit_line("pooled (shipped in h100-sxm.toml, b200.toml, cost.power.DEFAULT_CURVE)", pooled,
                        f"all {len(pooled.rows)}"),
              _fit_line("h100-only", h_only, f"{len(h_only.rows)} H100"), "",
-             "A figure at its bound is not identified by these rows: every row runs at batch ≥ 8 with MBU ≥ 0.4, so",
+             "A figure at its bound is not identified by these rows: every row runs at batch ≥ 8 with MBU ≥ 0.4,",
+             "so",
              "the running floor (a pass that moves nothing) lies below what they can see; the fit puts it at the",
              "chips' idle fraction.", "",
              "## Leave-one-model-out (the held-out model's rows never in the fit, on any chip)", ""]
@@ -119,7 +169,8 @@ def _markdown(pooled, h_only, recs, insample) -> None:
         mine = [r for r in recs if r["scheme"] == scheme]
         lines += [f"### {scheme}", ""] + [f"- {gpu}: {verdict(mine, gpu)}" for gpu in LIMITS if
                                            any(r['gpu'] == gpu for r in mine)]
-        lines += ["", "| model | GPU (TP) | batch | W/GPU measured | predicted | err | J/token measured | predicted | err |",
+        lines += ["", "| model | GPU (TP) | batch | W/GPU measured | predicted | err | J/token measured | predicted "
+                  "| err |",
                   "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['model']} | {r['gpu']} ({r['tp']}) | {r['batch']:g} | {r['w_per_gpu_measured']:g} | "
                   f"{r['w_per_gpu_predicted']:.0f} | {r['w_err_pct']:+.1f}% | {r['j_per_token_measured']:.3f} | "
@@ -127,6 +178,21 @@ def _markdown(pooled, h_only, recs, insample) -> None:
         lines.append("")
     lines += ["### pooled fit, in-sample (for comparison; not the acceptance check)", ""]
     lines += [f"- {gpu}: {verdict(insample, gpu)}" for gpu in LIMITS]
+    lines += ["", "## End to end: `simulate` at each row's setting (in-sample: the fit saw these rows)", "",
+              "Closed loop at the row's batch, 4 × batch requests of 70 / 215 tokens, the plain-decoding run; mean W",
+              "per chip over the whole run (ramp-down included) and J/token on the simulated tokens/s (the cost",
+              "model's speed, not the row's: J/token then carries the cost model's error too).", "",
+              "| model | GPU (TP) | batch | stack | W/GPU measured | simulated | err | tok/s measured | simulated "
+              "| J/token measured | simulated |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in e2e:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['gpu']} ({r['tp']}) | {r['batch']:g} | {r['stack']} | "
+                         f"refused: {r['error']} | | | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['gpu']} ({r['tp']}) | {r['batch']:g} | {r['stack']} | "
+                     f"{r['w_measured']:g} | {r['w_simulated']:.0f} | {r['w_err_pct']:+.1f}% | "
+                     f"{r['tok_s_measured']:g} | {r['tok_s_simulated']:.0f} | {r['j_per_token_measured']:.3f} | "
+                     f"{r['j_per_token_simulated']:.3f} |")
     (OUT / "power_fit.md").write_text("\n".join(lines) + "\n")
 
 

@@ -269,3 +269,15 @@ def test_roofline_prints_each_passs_power(capsys):
     assert FLOOR_W < p[0]["power_w_per_chip"] < p[1]["power_w_per_chip"] < TDP_W
     code, out, _ = run(capsys, "roofline", "--hardware", "h100-sxm", "--model", "llama-3.1-8b")
     assert "W per chip" in out
+
+
+def test_plan_prints_the_hours_mean_power_per_chip_beside_j_per_token():
+    """plan's provisioned figures: every chip for the hour; its mean draw = the hour's joules / (chips · 3600 s)."""
+    from specsim.studies.plan_answer import provisioned
+
+    row = {"output_tokens": 1000, "requests": 10, "energy_j_per_token": 0.5, "walltime_s": 20.0,
+           "served_tok_s": 1e9, "usd_per_mtok": 1.0, "power_w_per_chip_mean": 300.0}
+    p = provisioned(row, "", "h100-sxm", 2, 3, 4.0)  # 4 req/s × 100 tokens = 400 tok/s on 6 chips
+    assert p["energy_j_per_token"] == pytest.approx(0.5 - IDLE_W * 6 * 20.0 / 1000 + IDLE_W * 6 / 400.0)
+    assert p["power_w_per_chip"] == pytest.approx(p["energy_j_per_token"] * 400.0 / 6)
+    assert provisioned(row, "", "h100-sxm", 2, 3, None)["power_w_per_chip"] == 300.0  # a replayed run: its own

@@ -105,21 +105,33 @@ def run_energy(hardware, tp: int, replicas: int, walltime_s: float, dur_s, bytes
         dd, db, df = (np.asarray(x, float)[ok] for x in draft)
         dd, db, df = np.minimum(dd, dur), np.minimum(db, b), np.minimum(df, f)
     dv, bv, fv = dur - dd, b - db, f - df
-    chips, dtp = tp * replicas, tp if draft_tp is None else min(int(draft_tp), tp)
-    e_steps = tp * _fsum_products(_power(curve, dv, bv, fv, peak_bytes_s, peak_flops), dv) + \
-        dtp * _fsum_products(_power(curve, dd, db, df, peak_bytes_s, peak_flops), dd) + \
-        (tp - dtp) * curve.floor_w * math.fsum(dd.tolist())
+    verify = (dv, *_utilisation(dv, bv, fv, peak_bytes_s, peak_flops))
+    draft_part = (dd, *_utilisation(dd, db, df, peak_bytes_s, peak_flops))
+    e_steps = steps_energy_j(curve, tp, tp if draft_tp is None else draft_tp, verify, draft_part)
+    chips = tp * replicas
     idle_chip_s = max(0.0, chips * walltime_s - tp * math.fsum(dur.tolist()))
     e = e_steps + curve.idle_w * idle_chip_s
     return e, (e / (chips * walltime_s) if walltime_s > 0 else curve.idle_w)
 
 
-def _power(curve: PowerCurve, dur, b, f, peak_bytes_s: float, peak_flops: float) -> np.ndarray:
-    """P per chip of each part (0 where the part takes no time: it adds no energy)."""
+def steps_energy_j(curve: PowerCurve, tp: int, draft_tp: int, verify, draft=None) -> float:
+    """Joules of a run's steps from per-step utilisation, whatever cost basis gave it: `verify` and `draft` are
+    (time, MBU, MFU) arrays of each step's verification (or plain) part and draft part; the verification runs on tp
+    chips, the draft on draft_tp of them while the rest wait at the floor (module docstring)."""
+    dtp = min(int(draft_tp), tp)
+    dv, uv, fv = (np.asarray(x, float) for x in verify)
+    e = tp * _fsum_products(np.where(dv > 0, curve.pass_power_w(uv, fv), 0.0), dv)
+    if draft is not None:
+        dd, ud, fd = (np.asarray(x, float) for x in draft)
+        e += dtp * _fsum_products(np.where(dd > 0, curve.pass_power_w(ud, fd), 0.0), dd) + \
+            (tp - dtp) * curve.floor_w * math.fsum(dd.tolist())
+    return e
+
+
+def _utilisation(dur, b, f, peak_bytes_s: float, peak_flops: float):
+    """(MBU, MFU) of each part (0 where the part takes no time: it adds no energy)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        mbu = np.where(dur > 0, b / (dur * peak_bytes_s), 0.0)
-        mfu = np.where(dur > 0, f / (dur * peak_flops), 0.0)
-    return np.where(dur > 0, curve.pass_power_w(mbu, mfu), 0.0)
+        return np.where(dur > 0, b / (dur * peak_bytes_s), 0.0), np.where(dur > 0, f / (dur * peak_flops), 0.0)
 
 
 def run_energy_j(hardware, tp: int, replicas: int, walltime_s: float, dur_s, bytes_, flops, peak_bytes_s: float,

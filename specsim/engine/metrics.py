@@ -201,7 +201,8 @@ def latency_metrics(rec: Records, slo_ttft_s: float, slo_tpot_s: float, warmup_s
 
 def utilisation(rec: Records, peak_bytes_s: float | None, peak_flops: float | None):
     """Per-step (MBU, MFU) arrays: bytes / (duration · peak bandwidth), FLOPs / (duration · peak); None without
-    peaks or steps. `step_metrics` averages them and `cost.power.run_energy_j` reuses them."""
+    peaks or steps. `step_metrics` averages them; the power model (`cost.power.run_energy`) takes the same ratios
+    per part of a step (draft passes, verification), from whatever cost basis priced the bytes and FLOPs."""
     if not peak_bytes_s or not rec.step_dur_s.size:
         return None
     return rec.step_bytes / (rec.step_dur_s * peak_bytes_s), rec.step_flops / (rec.step_dur_s * peak_flops)

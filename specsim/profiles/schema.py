@@ -79,9 +79,9 @@ class HardwareProfile(_Strict):
     price_usd_per_hour: float | None = Field(default=None, gt=0, le=1e4, description="on-demand price per chip")
     tdp_w: float | None = Field(default=None, gt=0, le=1e5, description="datasheet TDP / max board power per chip")
     idle_w: float | None = Field(default=None, ge=0, le=1e5, description="idle floor per chip (calibratable)")
-    # The power curve while the engine runs (specsim.cost.power: P = running_floor_w + (tdp_w − running_floor_w)·s/(1+s),
-    # s = power_mbu_weight·MBU + power_mfu_weight·MFU); fitted by `specsim calibrate-power`; all three or none (none:
-    # the curve fitted to the ML.ENERGY rows, in fractions of tdp_w, `cost.power.DEFAULT_CURVE`).
+    # The power curve while the engine runs (specsim.cost.power: P = running_floor_w + (tdp_w − running_floor_w)
+    # · s/(1+s), s = power_mbu_weight·MBU + power_mfu_weight·MFU); fitted by `specsim calibrate-power`; all three
+    # or none (none: the curve fitted to the ML.ENERGY rows, in fractions of tdp_w, `cost.power.DEFAULT_CURVE`).
     running_floor_w: float | None = Field(default=None, ge=0, le=1e5, description="a running engine's floor per chip")
     power_mbu_weight: float | None = Field(default=None, ge=0, le=1e3, description="power curve: weight of MBU")
     power_mfu_weight: float | None = Field(default=None, ge=0, le=1e3, description="power curve: weight of MFU")
