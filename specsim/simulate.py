@@ -92,6 +92,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     mem_spec = mem_base = None
     if dep is not None:
         # KV slots the verification writes per request: γ + 1, or a tree's nodes + 1
+        dep.check_context(wl.prompt_len, wl.output_len)  # prompt + output within the models' positions
         mem_spec, mem_base = dep.memory(policy.max_gamma + 1 if costs.tree is None else costs.tree.nodes + 1)
         worst = int(np.argmax(mem_spec.request_bytes(wl.prompt_len, wl.output_len)))
         mem_spec.check_one(int(wl.prompt_len[worst]), int(wl.output_len[worst]))

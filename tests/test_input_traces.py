@@ -316,9 +316,10 @@ AXES = {"batch": (1, 10 ** 6), "positions": (1, 10 ** 7), "context": (0, 10 ** 7
 
 
 def ref_measured(rows: list[list[tuple]]) -> bool:
-    """Valid iff every cell is in range and the decode rows (and the prefill rows, over batch × positions) are
-    full grids with at least one decode row."""
-    grids: dict[str, set] = {"decode": set(), "prefill": set()}
+    """Valid iff every cell is in range, the decode rows (and the prefill rows, over batch × positions) are
+    full grids with at least one decode row, and no time falls along an axis by more than the measurement noise
+    `RISE_TOLERANCE` allows (the median of repeated rows counts, as in `PassGrid`)."""
+    grids: dict[str, dict] = {"decode": {}, "prefill": {}}
     for kind, *axes, (_, _, t) in rows:
         kind = kind[0].strip().strip('"') or "decode"
         if kind not in grids or t is None or not 0 < t <= 3600:
@@ -326,17 +327,37 @@ def ref_measured(rows: list[list[tuple]]) -> bool:
         vals = [c[1] for c in axes]
         if any(v is None or not lo <= v <= hi for v, (lo, hi) in zip(vals, AXES.values())):
             return False
-        grids[kind].add(tuple(vals) if kind == "decode" else (vals[0], vals[1], 0))
+        grids[kind].setdefault(tuple(vals) if kind == "decode" else (vals[0], vals[1], 0), []).append(t)
     for keys in grids.values():
         if keys and len(keys) != math.prod(len({k[j] for k in keys}) for j in range(3)):
+            return False
+        if keys and not _rises({k: float(np.median(v)) for k, v in keys.items()}):
             return False
     return bool(grids["decode"])
 
 
+def _rises(cells: dict) -> bool:
+    from specsim.inputs.tables import RISE_TOLERANCE
+
+    values = [sorted({k[j] for k in cells}) for j in range(3)]
+    for j in range(3):
+        for rest in {k[:j] + k[j + 1:] for k in cells}:
+            peak = 0.0
+            for v in values[j]:
+                t = cells[rest[:j] + (v,) + rest[j:]]
+                if peak and (peak - t) / peak > RISE_TOLERANCE:
+                    return False
+                peak = max(peak, t)
+    return True
+
+
 def measured_rows(data) -> list[list[tuple]]:
+    """A 2 x 2 x 2 grid whose times rise with the work (drawn cells sorted, given out in (batch, positions,
+    context) order, one linear extension of the grid's order); mutations may then break it."""
     times = [c for c in CELLS if c[2] is not None and 0 < c[2] <= 1]
+    drawn = sorted((data.draw(st.sampled_from(times)) for _ in range(8)), key=lambda c: c[2])
     return [[("decode", None, None), (str(b), b, float(b)), (str(p), p, float(p)), (str(c), c, float(c)),
-             data.draw(st.sampled_from(times))] for b in (1, 2) for p in (1, 4) for c in (0, 64)]
+             drawn[i]] for i, (b, p, c) in enumerate((b, p, c) for b in (1, 2) for p in (1, 4) for c in (0, 64))]
 
 
 def measured_cmd(path: Path) -> list:

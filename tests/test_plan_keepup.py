@@ -167,14 +167,17 @@ def test_keepup_figures_by_hand():
 
 
 def test_usd_and_energy_are_per_token_served():
-    """Half the offered tokens served: $/Mtok doubles against pricing the offered ones (the issue's $0.32)."""
+    """Replicas serving half the offered tokens: $/Mtok doubles against pricing the offered ones (the issue's
+    $0.32); replicas that keep up serve what is offered, and are priced on it (their half-run ratio is noise)."""
     hw = loader.hardware("h100-sxm")
-    row = {"output_tokens": 3380, "requests": 10, "served_tok_s": 338.0 * 32, "usd_per_mtok": 9.9,
-           "energy_j_per_token": 1.0, "walltime_s": 20.0}
-    full = provisioned(row, "", "h100-sxm", 4, 1, 64.0)
-    assert full["usd_per_mtok"] == pytest.approx(4 * hw.price_usd_per_hour / 3600 / (338 * 32) * 1e6, rel=1e-12)
-    more = provisioned({**row, "served_tok_s": 338.0 * 80}, "", "h100-sxm", 4, 1, 64.0)  # capped at offered
-    assert more["usd_per_mtok"] == pytest.approx(full["usd_per_mtok"] / 2, rel=1e-12)
+    row = {"output_tokens": 3380, "requests": 10, "usd_per_mtok": 9.9, "energy_j_per_token": 1.0,
+           "walltime_s": 20.0, "served_ratio": 0.5, "served_noise": 0.02, "ttft_growth_s_per_s": 0.5}
+    half = provisioned(row, "", "h100-sxm", 4, 1, 64.0)
+    assert half["usd_per_mtok"] == pytest.approx(4 * hw.price_usd_per_hour / 3600 / (338 * 32) * 1e6, rel=1e-12)
+    ok = provisioned({**row, "served_ratio": 0.97, "ttft_growth_s_per_s": 0.0}, "", "h100-sxm", 4, 1, 64.0)
+    assert ok["usd_per_mtok"] == pytest.approx(half["usd_per_mtok"] / 2, rel=1e-12)
+    assert half["energy_j_per_token"] - ok["energy_j_per_token"] == pytest.approx(
+        hw.idle_w * 4 / (338 * 32) - hw.idle_w * 4 / (338 * 64), rel=1e-9)  # the idle hour over half the tokens
 
 
 def _search(label, hi, usd_noise=0.01, lat=1.5, policy="fixed"):

@@ -10,6 +10,11 @@ Why a separate prefill table: prompt processing is one pass over P = prompt leng
 decode grid; a few exact prompt lengths measured at L = 0 (`prefill` rows) are cheaper than a full grid up there.
 Without them, prefill is read from the decode grid at (B, prompt_len, 0).
 
+A table read from a file is checked for physics: a pass with more rows, positions or context is not faster beyond
+measurement noise (`specsim.inputs.tables.RISE_TOLERANCE`), and what is priced is the table's monotone envelope, so
+extrapolation past the measured edge never falls. Grids built in memory from this run's own measurements
+(`specsim.executor.validate`) are used as measured.
+
 Bytes and FLOPs (for MBU / MFU) come from the model profile's roofline when one is given, else they are 0.
 Encoder-decoder models are not supported here (the table has no cross-attention axis).
 """
@@ -28,7 +33,7 @@ import numpy as np
 from specsim.cost.roofline import CostModel, PassCost
 from specsim.errors import ConfigError
 from specsim.inputs.files import input_file
-from specsim.inputs.tables import CsvTable, check_rows, float_column, int_column, require_columns
+from specsim.inputs.tables import CsvTable, check_rows, float_column, int_column, require_columns, rising
 from specsim.profiles import IDEAL_STACK, HardwareProfile, ModelProfile
 
 AXES = ("batch", "positions", "context")
@@ -117,6 +122,12 @@ class PassGrid:
                               allowed="one time for every combination of the measured values")
         return cls(*axes, grid)
 
+    def rising(self, where: str) -> PassGrid:
+        """This grid checked for physics (a pass with more rows, positions or context is not faster, within
+        `tables.RISE_TOLERANCE`) and made monotone (`tables.rising`): what a measured file is priced with."""
+        t = rising(self.time_s, list(zip(AXES, (self.batch, self.positions, self.context))), where)
+        return PassGrid(self.batch, self.positions, self.context, t)
+
     def at(self, batch: float, positions: float, context: float) -> float:
         t = 0.0
         for i, wi in _axis_weights(self.batch, batch):
@@ -188,7 +199,11 @@ class MeasuredCosts:
             raise IsADirectoryError(errno.EISDIR, "is a directory", str(p))
         input_file(p, "measured table", field=field, missing="measured table file not found")
         dec, pre = _read_rows(p)
-        return cls(dec, model, hardware, pre, name=name or p.stem, where=str(p))
+        mc = cls(dec, model, hardware, pre, name=name or p.stem, where=str(p))
+        mc.grid = mc.grid.rising(str(p))  # a file is checked for physics; in-memory grids (validate) are as measured
+        if mc.prefill is not None:
+            mc.prefill = mc.prefill.rising(f"{p} (prefill rows)")
+        return mc
 
 
 def _read_rows(p: Path) -> tuple[list[dict], list[dict]]:

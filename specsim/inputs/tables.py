@@ -192,3 +192,36 @@ def check_rows(n: int, where, max_rows: int) -> None:
         raise ConfigError("no data rows (a header only)", file=where, allowed="at least one data row")
     if n > max_rows:
         raise ConfigError("too many data rows", file=where, value=n, allowed=f"at most {max_rows}")
+
+
+# --- physics: measured times that must not fall as the work grows ------------------------------------------------
+
+# A measured time may sit below an earlier one by measurement noise: a pass (or an engine step) with more tokens,
+# rows or context does no less work, so beyond this fraction below the largest time at less work the table is
+# refused as impossible. Why 15%: the committed vLLM CPU step tables (experiments/results/vllm_cpu/, knots fitted
+# to noisy per-step logs) dip by up to 10.0% between neighbouring knots; a dip larger than that is not noise.
+RISE_TOLERANCE = 0.15
+
+
+def rising(time_s: np.ndarray, axes: Sequence[tuple[str, np.ndarray]], where, field: str = "time_s",
+           unit: str = "s") -> np.ndarray:
+    """`time_s` (one dimension per entry of `axes`: name, sorted values) checked to rise along every axis within
+    RISE_TOLERANCE, returned as its monotone envelope (the running maximum along each axis in turn), so what is
+    interpolated never gets cheaper as the work grows and extrapolation past the last knot never falls."""
+    t = np.asarray(time_s, dtype=np.float64)
+    for k, (name, values) in enumerate(axes):
+        peak = np.maximum.accumulate(t, axis=k)
+        short = (peak - t) / peak  # fraction below the largest earlier time along this axis
+        if short.size and float(short.max()) > RISE_TOLERANCE:
+            at = np.unravel_index(int(np.argmax(short)), t.shape)
+            before = np.moveaxis(t, k, 0)[(slice(None),) + tuple(at[:k] + at[k + 1:])][:at[k] + 1]
+            j = int(np.argmax(before))
+            where_at = ", ".join(f"{n} {v[i]:g}" for (n, v), i in zip(axes, at))
+            raise ConfigError(f"time falls along {name}: {t[at]:.6g} {unit} at {where_at} is "
+                              f"{100 * short[at]:.1f}% below {before[j]:.6g} {unit} at {name} {values[j]:g}",
+                              file=where, field=field, value=float(t[at]),
+                              allowed=f"times that do not fall along {', '.join(n for n, _ in axes)} (within "
+                                      f"{RISE_TOLERANCE:.0%} measurement noise): more work never takes less time")
+    for k in range(t.ndim):
+        t = np.maximum.accumulate(t, axis=k)
+    return t

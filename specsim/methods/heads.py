@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from specsim.errors import ConfigError, FieldError
 from specsim.profiles import loader
-from specsim.profiles.schema import DTYPE_BYTES, DType
+from specsim.profiles.schema import DTYPE_BYTES, DType, ModelProfile
 
 HEAD_DIR = loader.MODEL_DIR / "heads"
 HeadMethod = Literal["eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"]
@@ -69,11 +69,67 @@ class HeadProfile(BaseModel):
         if m in ("ngram", "suffix") and self.host_s_per_request <= 0:
             raise FieldError(f"a {m} proposer needs its host cost", field="host_s_per_request",
                              value=self.host_s_per_request, allowed="> 0 s")
+        if m in _LAYER_METHODS:
+            _check_layer(self)
         return self
 
     @property
     def bytes_per_param(self) -> float:
         return DTYPE_BYTES[self.dtype]
+
+
+def layer_profile(head: HeadProfile) -> ModelProfile:
+    """The head's decoder layer(s) and LM head as a model profile (the LM head counted once: `tied_embeddings`);
+    `specsim.methods.pricing` prices a proposal with it."""
+    return ModelProfile(name=head.name, description=f"{head.method} head (stand-in)", n_layers=head.n_layers,
+                        d_model=head.d_model, d_ff=head.d_ff, n_heads=head.n_heads, n_kv_heads=head.n_kv_heads,
+                        head_dim=head.head_dim, vocab_size=head.lm_head_vocab, tied_embeddings=True,
+                        dtype=head.dtype)
+
+
+def _check_layer(head: HeadProfile) -> None:
+    """A head's layer obeys a model layer's rules (grouped-query heads, head width against d_model): the stand-in
+    profile is validated here, so a bad head is one line about its own field, not a pydantic dump at pricing."""
+    try:
+        layer_profile(head)
+    except ValidationError as e:
+        err = e.errors()[0]
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, FieldError):
+            raise FieldError(inner.message, field=_HEAD_FIELD.get(inner.field, inner.field), value=inner.value,
+                             allowed=inner.allowed) from None
+        field = ".".join(str(x) for x in err["loc"]) or "n_layers"
+        raise FieldError(str(err["msg"]).removeprefix("Value error, "), field=_HEAD_FIELD.get(field, field),
+                         value=err.get("input") if err["loc"] else None) from None
+
+
+_HEAD_FIELD = {"vocab_size": "lm_head_vocab"}  # the stand-in's field -> the head's
+
+
+def check_against_target(head: HeadProfile, target: ModelProfile, where: str | Path | None = None) -> None:
+    """Refuse a head that cannot run on this target (one line naming the head's field).
+
+    - eagle / eagle3 / mtp / medusa read the target's hidden states (EAGLE-3's fc takes 3 of them, cat'd; Medusa's
+      heads sit on the last one; MTP's projection takes [h; Emb(t)]), and the profile prices fc and the q/k/v input
+      as multiples of its own d_model: the head's d_model must be the target's. (vLLM's EAGLE-3 config may set a
+      `target_hidden_size` of its own; a head profile has no such field, so a mismatch is refused, not guessed.)
+    - its proposals are the target's tokens: a shared LM head (MTP, EAGLE-1, `shares_lm_head`) and Medusa's heads
+      are the target's vocabulary; EAGLE-3's own LM head is a subset of it (draft_vocab_size, mapped by d2t).
+    """
+    if head.method in ("ngram", "suffix"):
+        return
+    file = where if where is not None else f"head profile {head.name}"
+    if head.d_model != target.d_model:
+        raise ConfigError(f"the {head.method} head reads {target.name}'s hidden states: its hidden size must be the "
+                          f"target's", file=file, field="d_model", value=head.d_model,
+                          allowed=f"{target.d_model} ({target.name}'s d_model)")
+    V = target.vocab_size
+    if (head.shares_lm_head or head.method == "medusa") and head.lm_head_vocab != V:
+        raise ConfigError(f"the head's LM head is {target.name}'s vocabulary", file=file, field="lm_head_vocab",
+                          value=head.lm_head_vocab, allowed=f"{V} ({target.name}'s vocab_size)")
+    if head.lm_head_vocab > V:
+        raise ConfigError(f"a draft vocabulary larger than {target.name}'s", file=file, field="lm_head_vocab",
+                          value=head.lm_head_vocab, allowed=f"<= {V} ({target.name}'s vocab_size)")
 
 
 def is_head_file(path: Path) -> bool:
@@ -91,7 +147,7 @@ def load_head(name: str | Path) -> HeadProfile:
     try:
         return HeadProfile.model_validate(data)
     except ValidationError as e:
-        raise loader._translate(e, path, HeadProfile) from None
+        raise loader._translate(e, path, HeadProfile, schema="HeadProfile (specsim/methods/heads.py)") from None
 
 
 def head(name: str | Path) -> HeadProfile:

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 from specsim.cost.roofline import CostModel, PassCost
 from specsim.methods.heads import HeadProfile
+from specsim.methods.heads import layer_profile as heads_layer_profile
 from specsim.profiles.schema import HardwareProfile, ModelProfile, StackProfile
 
 
 def layer_profile(head: HeadProfile) -> ModelProfile:
-    """The head's decoder layer(s) and LM head as a model profile (the LM head counted once: `tied_embeddings`)."""
-    return ModelProfile(name=head.name, description=f"{head.method} head (stand-in)", n_layers=head.n_layers,
-                        d_model=head.d_model, d_ff=head.d_ff, n_heads=head.n_heads, n_kv_heads=head.n_kv_heads,
-                        head_dim=head.head_dim, vocab_size=head.lm_head_vocab, tied_embeddings=True,
-                        dtype=head.dtype)
+    """The head's decoder layer(s) and LM head as a model profile (`heads.layer_profile`, checked at load)."""
+    return heads_layer_profile(head)
 
 
 def extra_params(head: HeadProfile) -> int:

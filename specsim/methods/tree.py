@@ -188,13 +188,20 @@ def parse_tree(value, p_rank: np.ndarray | None, field: str = FIELD) -> Tree:
             return Tree.from_widths(value["widths"], field)
         if "dynamic" in keys and keys <= {"dynamic", "top_k", "depth"}:
             if p_rank is None:
-                raise ConfigError("a dynamic tree picks its nodes by the rank model", field=field, value=value,
-                                  allowed="give tree_topk_acceptance as well")
+                raise ConfigError("a dynamic tree picks its nodes by the rank model, the draft's top-k acceptance "
+                                  "(with α alone every node would be rank 0: a chain)", field=field,
+                                  value=f"dynamic {value['dynamic']}",
+                                  allowed="give tree_topk_acceptance as well, or a list of paths / widths")
             depth = value.get("depth", MAX_TREE_DEPTH)
             if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_TREE_DEPTH:
                 raise ConfigError("out of range", field=f"{field}.depth", value=depth,
                                   allowed=f"integers 1..{MAX_TREE_DEPTH}")
-            return Tree.dynamic(value["dynamic"], value.get("top_k", len(p_rank)), p_rank, depth, field=field)
+            top_k = value.get("top_k", len(p_rank))
+            if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > len(p_rank):
+                raise ConfigError(f"top_k {top_k} branches on ranks the top-k acceptance does not reach "
+                                  f"(it gives P(rank < {len(p_rank)}) at most)", field=f"{field}.top_k", value=top_k,
+                                  allowed=f"1..{len(p_rank)}, or a longer tree_topk_acceptance")
+            return Tree.dynamic(value["dynamic"], top_k, p_rank, depth, field=field)
         raise ConfigError("unknown tree form", field=field, value=sorted(keys),
                           allowed='a list of paths, {"widths": [...]} or {"dynamic": N, "top_k": k, "depth": D}')
     return Tree.from_paths(value if isinstance(value, (list, tuple)) else [value], field)

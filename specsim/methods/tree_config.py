@@ -42,11 +42,12 @@ class TreeSetup:
 @lru_cache(maxsize=256)
 def tree_setup(tree_text: str, topk: tuple | None, alpha: float | None) -> TreeSetup:
     """The tree and rank model of a tree text, its top-k acceptance and α (cached: configs re-read it)."""
-    p = rank_probabilities(topk, alpha) if topk is not None else (np.array([alpha]) if alpha is not None else None)
-    tree = parse_tree(tree_text, p)
-    if p is None:  # a trace: its β is acceptance at rank 0 (checked to be a chain by tree_rules)
-        p = np.array([1.0])
-    return TreeSetup(tree, p)
+    ranks = rank_probabilities(topk, alpha) if topk is not None else None
+    # a dynamic tree picks its nodes by the draft's top-k acceptance: with α alone every rank above 0 has
+    # probability 0 and the tree would silently be a chain of N nodes, so parse_tree refuses it without one
+    tree = parse_tree(tree_text, ranks)
+    p = ranks if ranks is not None else np.array([alpha if alpha is not None else 1.0])
+    return TreeSetup(tree, p)  # a trace without top-k: its β is acceptance at rank 0 (a chain, by tree_rules)
 
 
 def from_config(cfg) -> TreeSetup | None:

@@ -226,6 +226,23 @@ class Deployment:
         models = [target] + ([] if draft is None or getattr(draft, "host_only", False) else [draft])
         return Memory(models, spec_extra), Memory([target], 0)
 
+    def check_context(self, prompt_len, output_len) -> None:
+        """The longest request (prompt + output) against the target's and a draft model's positions
+        (`ModelProfile.check_context`); one line naming --prompt-len / --output-len."""
+        import numpy as np
+
+        total = np.asarray(prompt_len) + np.asarray(output_len)
+        i = int(np.argmax(total))
+        p, o = int(np.asarray(prompt_len).flat[i]), int(np.asarray(output_len).flat[i])
+        for role, m in (("target", self.target), ("draft", self.draft)):
+            if isinstance(m, ModelProfile):
+                try:
+                    m.check_context(p, o, role)
+                except ConfigError as e:
+                    names = {"prompt_len": flag("prompt_len"), "output_len": flag("output_len")}
+                    field = " + ".join(names[f] for f in names if f in e.field)
+                    raise ConfigError(e.message, field=field, value=e.value, allowed=e.allowed) from None
+
     @property
     def peak_bytes_s(self) -> float:
         return self.hardware.bandwidth_bytes_s
@@ -283,6 +300,7 @@ def _method_draft(method: str, name: str, target: ModelProfile):
     if h.target not in ("*", target.name):
         raise ConfigError(f"head {h.name!r} was trained for {h.target}, not {target.name}", field="draft",
                           value=name, allowed=f"a {method} head for {target.name}")
+    heads.check_against_target(h, target, name if loader.is_path(name) else None)  # hidden size, vocabulary
     return h
 
 

@@ -142,7 +142,10 @@ def _fields(c: _Cfg) -> dict:
     (n_inner None → 4·n_embd), LlamaConfig (num_key_value_heads = num_attention_heads, head_dim = hidden_size //
     num_attention_heads);
     Qwen2 projects q/k/v with biases (Qwen2Attention). A missing dtype is read as bf16 (what these checkpoints
-    ship in)."""
+    ship in). The context is `max_position_embeddings` as written (GPT-2: n_positions), which vLLM takes as
+    max_model_len; rope_scaling is not applied on top (the released long-context configs, Llama 3.1's llama3 and
+    DeepSeek-V3's yarn, already write the extended length there). A config without the key, and T5 (relative
+    position buckets, no table), leave it unset: no limit is checked."""
     if c.model_type == "t5":
         n_heads = c.int_("num_heads")
         proj = c.str_("feed_forward_proj", "relu")
@@ -155,13 +158,15 @@ def _fields(c: _Cfg) -> dict:
         d_model, n_heads = c.int_("n_embd"), c.int_("n_head")
         return dict(n_layers=c.int_("n_layer"), d_model=d_model, d_ff=c.int_("n_inner", 4 * d_model),
                     n_heads=n_heads, n_kv_heads=n_heads, head_dim=d_model // n_heads, vocab_size=c.int_("vocab_size"),
-                    ffn="plain", tied_embeddings=True, learned_positions=c.int_("n_positions"), attention_bias=True)
+                    ffn="plain", tied_embeddings=True, learned_positions=c.int_("n_positions"), attention_bias=True,
+                    max_position_embeddings=c.int_("n_positions"))
     d_model, n_heads = c.int_("hidden_size"), c.int_("num_attention_heads")
     return dict(n_layers=c.int_("num_hidden_layers"), d_model=d_model, d_ff=c.int_("intermediate_size"),
                 n_heads=n_heads, n_kv_heads=c.int_("num_key_value_heads", n_heads),
                 head_dim=c.int_("head_dim", max(1, d_model // n_heads)), vocab_size=c.int_("vocab_size"), ffn="gated",
                 tied_embeddings=c.bool_("tie_word_embeddings", False),
-                attention_bias=c.bool_("attention_bias", c.model_type == "qwen2"))
+                attention_bias=c.bool_("attention_bias", c.model_type == "qwen2"),
+                max_position_embeddings=c.int_("max_position_embeddings", None))
 
 
 def _fp8(cfg: dict) -> bool:

@@ -30,11 +30,21 @@ _RANGES = {cls: field_ranges(cls) for cls in (HardwareProfile, StackProfile, Mod
 _RANGES[HardwareProfile]["peak_tflops"] = "> 0 and <= 1000000.0 TFLOP/s per dtype"
 
 
-def _translate(err: ValidationError, file: str | Path | None, cls=None) -> ConfigError:
-    """pydantic's report as one line naming file, field (dotted), value and allowed range — never the whole dict."""
+_OUT_OF_RANGE = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def _translate(err: ValidationError, file: str | Path | None, cls=None, schema: str | None = None) -> ConfigError:
+    """pydantic's report as one line naming file, field (dotted), value and allowed range — never the whole dict
+    (a bound is worded "value out of range", as every other reader words it, not in pydantic's words)."""
     cls = cls or next((c for c in _RANGES if c.__name__ == err.title), None)
-    return translate_validation_error(err, file, schema=f"{cls.__name__} (specsim/profiles/schema.py)" if cls else
-                                      "the schema", bounds=_RANGES.get(cls))
+    if cls is not None and cls not in _RANGES:
+        _RANGES[cls] = field_ranges(cls)
+    schema = schema or (f"{cls.__name__} (specsim/profiles/schema.py)" if cls else "the schema")
+    out = translate_validation_error(err, file, schema=schema, bounds=_RANGES.get(cls))
+    if err.errors()[0]["type"] in _OUT_OF_RANGE and out.message.startswith("Input should be"):
+        return ConfigError("value out of range", file=out.file, field=out.field, value=out.value,
+                           allowed=out.allowed)
+    return out
 
 
 # --- loading ----------------------------------------------------------------------------------

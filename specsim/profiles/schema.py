@@ -177,6 +177,12 @@ class ModelProfile(_Strict):
     ffn: Literal["gated", "plain"] = "gated"
     tied_embeddings: bool = False
     learned_positions: int = Field(default=0, ge=0, le=10_000_000, description="rows of a learned position table")
+    # The longest sequence (prompt + output) the model serves: HF config max_position_embeddings (GPT-2:
+    # n_positions), which vLLM takes as max_model_len. Unset = no position table to run off: relative positions
+    # (T5's bucketed biases, Transformer-XL in Gopher/Chinchilla) reach any distance; the trained length is then
+    # stated in the profile's comment and not enforced.
+    max_position_embeddings: int | None = Field(default=None, ge=1, le=10_000_000,
+                                                description="longest prompt + output, tokens (unset = no limit)")
     attention_bias: bool = False
     relative_position_projection: bool = Field(
         default=False, description="Transformer-XL relative positions (Gopher, Chinchilla): one d_model x "
@@ -218,6 +224,10 @@ class ModelProfile(_Strict):
         if self.architecture == "encoder-decoder" and not self.n_encoder_layers:
             raise FieldError("an encoder-decoder model needs encoder layers", field="n_encoder_layers",
                              value=self.n_encoder_layers, allowed=">= 1")
+        if self.learned_positions and (self.max_position_embeddings or 0) > self.learned_positions:
+            raise FieldError("a learned position table has no row past its last", field="max_position_embeddings",
+                             value=self.max_position_embeddings,
+                             allowed=f"<= learned_positions = {self.learned_positions}")
         if self.head_dim > self.d_model:
             raise FieldError("a head wider than the model", field="head_dim", value=self.head_dim,
                              allowed=f"<= d_model = {self.d_model}")
@@ -364,6 +374,26 @@ class ModelProfile(_Strict):
     @property
     def weight_bytes(self) -> float:
         return self.total_params * self.bytes_per_param
+
+    def check_context(self, prompt_len: int, output_len: int, role: str = "target") -> None:
+        """Refuse a request longer than the positions the model has (`max_position_embeddings`; vLLM refuses a
+        request whose prompt + max_tokens exceed max_model_len). An encoder-decoder model holds the prompt in its
+        encoder and the output in its decoder: each is checked on its own."""
+        limit = self.max_position_embeddings
+        if limit is None:
+            return
+        if self.architecture == "encoder-decoder":
+            over = [(f, n) for f, n in (("prompt_len", prompt_len), ("output_len", output_len)) if n > limit]
+            if over:
+                raise ConfigError(f"{over[0][0]} = {over[0][1]} tokens is past the {role} {self.name}'s "
+                                  f"{limit} positions", field=over[0][0], value=over[0][1],
+                                  allowed=f"<= {limit} (max_position_embeddings of {self.name})")
+            return
+        if prompt_len + output_len > limit:
+            raise ConfigError(f"prompt {prompt_len} + output {output_len} = {prompt_len + output_len} tokens "
+                              f"exceed the {role} {self.name}'s context", field="prompt_len + output_len",
+                              value=prompt_len + output_len,
+                              allowed=f"<= {limit} (max_position_embeddings of {self.name})")
 
     @classmethod
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> "ModelProfile":

@@ -4,7 +4,7 @@
   "plain decoding" when speculation does not need fewer replicas (or as few, for more $/Mtok), and `best_why`
   says why in words. `replicas_spec` / `spec_candidate` are the best speculative candidate by the same rule.
 - $/Mtok and J/token (`provisioned`) bill every chip for the hour and divide by the tokens the replicas SERVE
-  (`plan_keepup`'s served_tok_s, never above what is offered), not the tokens asked for.
+  (`plan_keepup`), not the tokens asked for: for an answer, whose replicas keep up, the two are the same.
 - Speedups, one meaning per name: `speedup_latency` = plain mean end-to-end latency / speculative, both at
   `replicas_spec` replicas (what speculation does to a user's wait); `speedup_walltime` = plain makespan /
   speculative makespan on the same requests (in an open loop the arrivals set most of it); `speedup_eq5` = the
@@ -22,10 +22,15 @@ PLAIN = "plain decoding"
 
 def provisioned(row: dict, prefix: str, hardware: str, tp: int, replicas: int, rate: float | None) -> dict:
     """$/Mtok and J/token of serving `rate` for an hour on `replicas` replicas: every chip billed and idling for
-    the whole hour, per token SERVED (the run's served_tok_s, capped at the offered rate × the run's mean output:
-    a run serving more than is offered is draining noise), the dynamic energy per token as simulated. A finite
-    run's own figures (`*_sim`) also bill the drain after the last arrival, which a minute-long run overweights;
-    the planner's figure is this steady-state one (the run's own for a replayed CSV)."""
+    the whole hour, per token SERVED, the dynamic energy per token as simulated. Tokens served per second: the
+    offered rate (rate × the run's mean output) × the run's served_ratio (at most 1) when its replicas do not keep
+    up (`plan_keepup`); when they do, the offered rate itself — a run that keeps up serves what arrives, and its
+    measured half-run ratio differs from 1 by sampling noise only (±10 % at 1 req/s), which would move the price
+    without cause. A finite run's own figures (`*_sim`) also bill the drain after the last arrival, which a
+    minute-long run overweights; the planner's figure is this steady-state one (the run's own for a replayed
+    CSV)."""
+    from specsim.studies.plan_keepup import why_not_keeping_up
+
     from specsim.cost.power import per_token
     from specsim.profiles import loader
 
@@ -37,9 +42,9 @@ def provisioned(row: dict, prefix: str, hardware: str, tp: int, replicas: int, r
                 "power_w_per_chip": row.get(f"{prefix}power_w_per_chip_mean")}
     hw, chips = loader.hardware(hardware), tp * replicas
     token_rate = rate * tokens / requests
-    served = row.get(f"{prefix}served_tok_s")
-    if served is not None:
-        token_rate = min(token_rate, served)
+    ratio = row.get(f"{prefix}served_ratio")
+    if ratio is not None and why_not_keeping_up(row, prefix) is not None:
+        token_rate *= min(1.0, ratio)
     if token_rate <= 0:
         return dict.fromkeys(_PROVISIONED)
     out["usd_per_mtok"] = None if hw.price_usd_per_hour is None else \
@@ -99,11 +104,9 @@ def _row(plan, key, ss: list) -> dict:
 
 
 def _best(base, spec, hw: str, tp: int, rate, max_replicas: int) -> dict:
-    """`best`: the fewest replicas, then the lowest $/Mtok served; at equal replicas the chips and the tokens
-    are the same, so a $/Mtok gap within the two runs' sampling noise (`plan_keepup.NOISE_SIGMAS` × the larger
-    served_noise) is a tie, and a tie goes to plain decoding (no draft to run). `best_why` says it in words."""
-    from specsim.studies.plan_keepup import NOISE_SIGMAS
-
+    """`best`: the fewest replicas, then the lowest $/Mtok served; a tie goes to plain decoding (no draft to
+    run). At equal replicas two answers bill the same chips for the same tokens served, so they tie on $/Mtok;
+    `best_why` then says what speculation would still buy (mean latency, J/token)."""
     if base.hi is None and spec is None:
         return {"best": None, "best_why": "neither plain decoding nor any speculative candidate passes within "
                                           f"max_replicas = {max_replicas}"}
@@ -121,7 +124,6 @@ def _best(base, spec, hw: str, tp: int, rate, max_replicas: int) -> dict:
         return {"best": label, "best_why": f"{label}: {spec.hi} replicas, plain decoding needs {base.hi}"}
     ub, us = _usd(base, hw, tp, rate), _usd(spec, hw, tp, rate)
     rs, rb = spec.rows[spec.hi], base.rows[base.hi]
-    noise = NOISE_SIGMAS * max(rs.get("served_noise") or 0.0, rb.get("baseline_served_noise") or 0.0)
     lat = rs.get("speedup_latency")
     lat = f"; {label} cuts the mean latency {lat:.3g}×" if lat and lat > 1 else \
         f"; {label} does not cut the mean latency ({lat:.3g}×)" if lat else ""
@@ -129,12 +131,12 @@ def _best(base, spec, hw: str, tp: int, rate, max_replicas: int) -> dict:
                                                                                           (rs, "")))
     if eb and es:
         lat += f" and {'saves' if es < eb else 'costs'} {abs(1 - es / eb):.0%} of the J/token"
-    if us < ub * (1 - noise):
+    if us < ub:
         return {"best": label, "best_why": f"{label}: the same {spec.hi} replicas as plain decoding, "
-                                           f"${us:.3g} vs ${ub:.3g} per Mtok served"}
-    return {"best": PLAIN, "best_why": f"plain decoding: the same {base.hi} replicas as speculation ({label}) and "
-                                       f"the same cost (${ub:.3g} vs ${us:.3g} per Mtok served, within the runs' "
-                                       f"noise of {noise:.0%}){lat}"}
+                                           f"${us:.3g} vs ${ub:.3g} per Mtok served{lat}"}
+    cost = f"the same ${ub:.3g} per Mtok served" if us == ub else f"${ub:.3g} vs ${us:.3g} per Mtok served"
+    return {"best": PLAIN, "best_why": f"plain decoding: the same {base.hi} replicas as speculation ({label}), "
+                                       f"{cost}{lat}"}
 
 
 def _missed(s) -> str | None:

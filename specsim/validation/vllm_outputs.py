@@ -15,6 +15,10 @@ Sources (vLLM 0.32, the CPU build this project measured):
 - `vllm bench serve --save-result --save-detailed` (`vllm/benchmarks/serve.py`): lists `input_lens`,
   `output_lens`, `ttfts`, `itls` (per request, seconds), `latencies`, `start_times`, `errors`, and `duration`.
   specsim's own harness (experiments/vllm_cpu.py) writes the same keys, so both are read by `read_bench`.
+What a real run cannot report is refused in one line naming the key (a bench result: a negative or non-finite
+time, a latency below its TTFT or past the run's duration, a length that is not a non-negative integer; /metrics:
+more tokens accepted than drafted, more acceptances at a position than drafts or than at the position before it,
+a counter that went down between two scrapes).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from specsim.errors import ConfigError
 _ITER = re.compile(
     r"Iteration\((?P<i>\d+)\): (?P<ctx_req>\d+) context requests, (?P<ctx_tok>\d+) context tokens, "
     r"(?P<gen_req>\d+) generation requests, (?P<gen_tok>\d+) generation tokens, "
-    r"iteration elapsed time: (?P<ms>[0-9.]+) ms(?P<dummy> \(dummy\))?(?:, \w+ KV cache usage: (?P<kv>[0-9.]+)%)?")
+    r"iteration elapsed time: (?P<ms>[0-9]+(?:\.[0-9]*)?) ms(?P<dummy> \(dummy\))?"
+    r"(?:, \w+ KV cache usage: (?P<kv>[0-9]+(?:\.[0-9]*)?)%)?")
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -94,25 +99,63 @@ def _sum(metrics: dict, name: str, **want) -> float:
     return sum(v for (n, lab), v in metrics.items() if n == name and all((k, w) in lab for k, w in want.items()))
 
 
-def spec_counters(metrics: dict) -> dict:
-    """The speculative-decoding counters (summed over engines and models), per position too."""
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def spec_counters(metrics: dict, where: str | Path = "/metrics") -> dict:
+    """The speculative-decoding counters (summed over engines and models), per position too; checked for physics
+    (`check_counters`)."""
     pos: dict[int, float] = {}
     for (n, lab), v in metrics.items():
-        if n == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
-            k = int(dict(lab).get("position", "-1"))
+        if n == _PER_POS:
+            label = dict(lab).get("position", "-1")
+            if not re.fullmatch(r"-?[0-9]{1,9}", label):
+                raise ConfigError("a position label that is not an integer", file=where, field=f"{n}.position",
+                                  value=label, allowed='position="0", "1", ...')
+            k = int(label)
             pos[k] = pos.get(k, 0.0) + v
-    return {"drafts": _sum(metrics, "vllm:spec_decode_num_drafts_total"),
-            "draft_tokens": _sum(metrics, "vllm:spec_decode_num_draft_tokens_total"),
-            "accepted_tokens": _sum(metrics, "vllm:spec_decode_num_accepted_tokens_total"),
-            "accepted_per_pos": [pos[k] for k in sorted(pos) if k >= 0]}
+    out = {"drafts": _sum(metrics, "vllm:spec_decode_num_drafts_total"),
+           "draft_tokens": _sum(metrics, "vllm:spec_decode_num_draft_tokens_total"),
+           "accepted_tokens": _sum(metrics, "vllm:spec_decode_num_accepted_tokens_total"),
+           "accepted_per_pos": [pos[k] for k in sorted(pos) if k >= 0]}
+    return check_counters(out, where)
 
 
-def counter_delta(before: dict, after: dict) -> dict:
-    """`spec_counters(after) − spec_counters(before)`: what one measured point added."""
+def check_counters(c: dict, where: str | Path = "/metrics", what: str = "") -> dict:
+    """Counters a speculating server can report: finite and >= 0, accepted tokens <= drafted tokens, at most one
+    acceptance per draft at each position, and no more acceptances at position k + 1 than at k (a chain accepts
+    position k + 1 only after position k: vllm/v1/spec_decode/metrics.py counts the first n positions)."""
+    names = [("drafts", c["drafts"]), ("draft_tokens", c["draft_tokens"]), ("accepted_tokens", c["accepted_tokens"])]
+    names += [(f"accepted_per_pos[{k}]", v) for k, v in enumerate(c["accepted_per_pos"])]
+    for name, v in names:
+        if not math.isfinite(v) or v < 0:
+            raise ConfigError(f"a counter{what} that is negative or not finite", file=where, field=name, value=v,
+                              allowed="a finite count >= 0")
+    if c["accepted_tokens"] > c["draft_tokens"]:
+        raise ConfigError(f"more tokens accepted than drafted{what}", file=where, field="accepted_tokens",
+                          value=c["accepted_tokens"], allowed=f"<= draft_tokens = {c['draft_tokens']:g}")
+    per = c["accepted_per_pos"]
+    for k, v in enumerate(per):
+        if v > c["drafts"]:
+            raise ConfigError(f"more acceptances at position {k} than drafts{what}", file=where,
+                              field=f"accepted_per_pos[{k}]", value=v, allowed=f"<= drafts = {c['drafts']:g}")
+        if k and v > per[k - 1]:
+            raise ConfigError(f"more acceptances at position {k} than at position {k - 1}{what} (a chain accepts a "
+                              f"position only after the one before it)", file=where, field=f"accepted_per_pos[{k}]",
+                              value=v, allowed=f"<= {per[k - 1]:g}")
+    return c
+
+
+def counter_delta(before: dict, after: dict, where: str | Path = "/metrics") -> dict:
+    """`spec_counters(after) − spec_counters(before)`: what one measured point added (a counter that went down —
+    the server restarted between the two scrapes — is refused, as is a delta that breaks `check_counters`)."""
     d = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted_tokens")}
     a, b = after["accepted_per_pos"], before["accepted_per_pos"] + [0.0] * len(after["accepted_per_pos"])
     d["accepted_per_pos"] = [x - y for x, y in zip(a, b)]
-    return d
+    if len(before["accepted_per_pos"]) > len(a):
+        raise ConfigError("positions vanished between the two scrapes", file=where, field="accepted_per_pos",
+                          value=len(a), allowed=f">= {len(before['accepted_per_pos'])} positions")
+    return check_counters(d, where, " between the two scrapes (did the server restart?)")
 
 
 def acceptance_summary(delta: dict) -> dict:
@@ -139,6 +182,9 @@ def read_bench(path: str | Path) -> dict:
         d = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"cannot read bench JSON ({type(e).__name__}: {e})", file=p) from None
+    except RecursionError:
+        raise ConfigError("cannot read bench JSON (nested too deeply)", file=p,
+                          allowed="a bench result object (lists of numbers, one level of itls lists)") from None
     if not isinstance(d, dict):
         raise ConfigError("not a bench result object", file=p, allowed="a JSON object")
     for k in _BENCH_KEYS + ("duration",):
@@ -149,21 +195,81 @@ def read_bench(path: str | Path) -> dict:
 
 
 def summarize_requests(d: dict, where: str | Path = "bench result") -> dict:
-    n = len(d["ttfts"])
-    if any(len(d[k]) != n for k in _BENCH_KEYS):
-        raise ConfigError("per-request lists differ in length", file=where, field="ttfts/itls/input_lens/output_lens")
-    errors = d.get("errors") or [""] * n
-    ok = np.array([not e for e in errors], bool)
-    out_l = np.asarray(d["output_lens"], float)
-    ttft = np.asarray(d["ttfts"], float)
-    lat = np.asarray(d.get("latencies") or [t + sum(i) for t, i in zip(d["ttfts"], d["itls"])], float)
+    """Per-request figures of a bench result, every value typed and checked for physics (`_checked`)."""
+    n, ok, out_l, ttft, lat, itls, dur = _checked(d, where)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out_l > 1, (lat - ttft) / (out_l - 1), np.nan)
-    itl = np.concatenate([np.asarray(x, float) for x, k in zip(d["itls"], ok) if k] or [np.zeros(0)])
-    dur = float(d["duration"])
-    if not math.isfinite(dur) or dur <= 0:
-        raise ConfigError("duration must be a positive number of seconds", file=where, field="duration", value=dur)
+    itl = np.concatenate([x for x, k in zip(itls, ok) if k] or [np.zeros(0)])
     res = dict(d)
     res.update(ttft_s=ttft[ok], tpot_s=tpot[ok], e2e_s=lat[ok], itl_s=itl, completed=int(ok.sum()),
                output_tokens=int(out_l[ok].sum()), output_throughput=float(out_l[ok].sum()) / dur)
     return res
+
+
+# A request cannot end after the run it belongs to: latency <= duration, with this much slack for the two clocks
+# (vLLM's bench times a request and the run with the same perf_counter; our harness too).
+DURATION_SLACK_S = 1e-3
+
+
+def _numbers(v, key: str, where, integer: bool = False) -> np.ndarray:
+    """A JSON list of numbers (integers for a count): never a bool, a string or null."""
+    if not isinstance(v, list):
+        raise ConfigError("not a list", file=where, field=key, value=type(v).__name__, allowed="a JSON list")
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int if integer else (int, float)):
+            raise ConfigError(f"not {'an integer' if integer else 'a number'}", file=where, field=f"{key}[{i}]",
+                              value=x, allowed="integers >= 0" if integer else "numbers")
+    return np.asarray(v, dtype=float)
+
+
+def _bad_time(where, key: str, i: int, value, allowed: str, what: str = "a time that is negative or not finite"):
+    return ConfigError(f"request {i}: {what}", file=where, field=f"{key}[{i}]", value=float(value), allowed=allowed)
+
+
+def _checked(d: dict, where):
+    """(n, completed mask, output_lens, ttfts, latencies, itls per request, duration) of a bench result: typed
+    (numbers, integer lengths) and physical for every completed request — times finite and >= 0, latency >= TTFT
+    (the first token comes before the last), latency <= duration (+ DURATION_SLACK_S); a failed request (non-empty
+    `errors` entry) is only typed (vLLM writes zeros for it)."""
+    for k in _BENCH_KEYS:
+        if not isinstance(d[k], list):
+            raise ConfigError("not a list", file=where, field=k, value=type(d[k]).__name__, allowed="a JSON list")
+    n = len(d["ttfts"])
+    if any(len(d[k]) != n for k in _BENCH_KEYS):
+        raise ConfigError("per-request lists differ in length", file=where, field="ttfts/itls/input_lens/output_lens")
+    errors = d.get("errors") or [""] * n
+    if not isinstance(errors, list) or len(errors) != n or not all(isinstance(e, str) or e is None for e in errors):
+        raise ConfigError("errors must be one string per request", file=where, field="errors",
+                          allowed=f"a list of {n} strings ('' = completed)")
+    ok = np.array([not e for e in errors], bool)
+    for k in ("input_lens", "output_lens"):
+        lens = _numbers(d[k], k, where, integer=True)
+        if (lens < 0).any():
+            i = int(np.argmax(lens < 0))
+            raise ConfigError("a negative length", file=where, field=f"{k}[{i}]", value=int(lens[i]), allowed=">= 0")
+    out_l = np.asarray(d["output_lens"], float)
+    ttft = _numbers(d["ttfts"], "ttfts", where)
+    itls = [_numbers(x, f"itls[{i}]", where) for i, x in enumerate(d["itls"])]
+    given = d.get("latencies")
+    lat = _numbers(given, "latencies", where) if given else \
+        np.array([t + math.fsum(x) for t, x in zip(ttft, itls)], float)
+    if len(lat) != n:
+        raise ConfigError("per-request lists differ in length", file=where, field="latencies", value=len(lat),
+                          allowed=f"{n} entries, one per request")
+    dur = d["duration"]
+    if isinstance(dur, bool) or not isinstance(dur, (int, float)) or not math.isfinite(dur) or dur <= 0:
+        raise ConfigError("duration must be a positive number of seconds", file=where, field="duration", value=dur)
+    for i in np.flatnonzero(ok):
+        if not (math.isfinite(ttft[i]) and ttft[i] >= 0):
+            raise _bad_time(where, "ttfts", i, ttft[i], "seconds >= 0")
+        bad = [j for j, x in enumerate(itls[i]) if not (math.isfinite(x) and x >= 0)]
+        if bad:
+            raise ConfigError(f"request {i}: an inter-token latency that is negative or not finite", file=where,
+                              field=f"itls[{i}][{bad[0]}]", value=float(itls[i][bad[0]]), allowed="seconds >= 0")
+        if not math.isfinite(lat[i]) or lat[i] < ttft[i]:
+            raise _bad_time(where, "latencies", i, lat[i], f">= its TTFT {ttft[i]:.6g} s",
+                            "latency below the time to its first token")
+        if lat[i] > dur + DURATION_SLACK_S:
+            raise _bad_time(where, "latencies", i, lat[i], f"<= duration {dur:.6g} s",
+                            "a request longer than the whole run")
+    return n, ok, out_l, ttft, lat, itls, float(dur)

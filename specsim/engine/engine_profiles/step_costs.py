@@ -17,13 +17,13 @@ Two pricers, one interface `price(new, ctx) -> (time_s, bytes, flops)`:
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 import numpy as np
 
 from specsim.cost.roofline import CostModel
 from specsim.errors import ConfigError
+from specsim.inputs.tables import rising
 
 
 class RooflinePricer:
@@ -73,6 +73,9 @@ class StepTable:
         if np.any(s <= 0):
             raise ConfigError("step times must be positive", file=where, field="time_s", value=float(s.min()),
                               allowed="(0, inf)")
+        # a step over more tokens is not faster beyond measurement noise; priced on the monotone envelope, so
+        # extrapolation past the last knot never falls (a falling table gave negative step times)
+        s = rising(s, [("tokens", t)], where)
         self.tokens, self.time_s, self.where = t, s, where
 
     def time_at(self, T: float) -> float:
@@ -88,23 +91,20 @@ class StepTable:
 
     @classmethod
     def read_csv(cls, path: str | Path) -> StepTable:
+        """CSV tokens,time_s, read strictly (`specsim.inputs.tables`: integer token counts >= 1, times in
+        (0, MAX_PASS_TIME_S] s, one line naming file, column, row and cell)."""
+        from specsim.cost.measured import MAX_PASS_TIME_S, MAX_ROWS
+        from specsim.inputs.tables import CsvTable, check_rows, float_column, int_column, require_columns
+
         p = Path(path)
         if not p.is_file():
             raise ConfigError("no such file", file=p, field="step table", allowed="a CSV with columns tokens,time_s")
-        try:
-            with open(p, newline="", encoding="utf-8") as fh:
-                rows = list(csv.DictReader(fh))
-        except (OSError, UnicodeDecodeError, csv.Error) as e:
-            raise ConfigError(f"cannot read step table ({type(e).__name__})", file=p) from None
-        if not rows or not {"tokens", "time_s"} <= set(rows[0]):
-            raise ConfigError("missing columns", file=p, field="tokens,time_s", allowed="a CSV header tokens,time_s")
-        try:
-            tok = [float(r["tokens"]) for r in rows]
-            ts = [float(r["time_s"]) for r in rows]
-        except (TypeError, ValueError):
-            raise ConfigError("non-numeric value", file=p, field="tokens/time_s") from None
-        if not all(math.isfinite(x) for x in tok + ts):
-            raise ConfigError("not a number in the step table", file=p, field="tokens/time_s")
+        table = CsvTable(p, comment="#")
+        df = table.frame
+        require_columns(df, ("tokens", "time_s"), p)
+        check_rows(len(df), p, MAX_ROWS)
+        tok = int_column(df["tokens"], "tokens", p, lo=1, hi=10_000_000, raw=table.raw)
+        ts = float_column(df["time_s"], "time_s", p, lo=0.0, hi=MAX_PASS_TIME_S, lo_open=True, raw=table.raw)
         return cls(tok, ts, where=str(p))
 
     def write_csv(self, path: str | Path, comment: str = "") -> Path:
@@ -113,5 +113,5 @@ class StepTable:
             w = csv.writer(fh)
             w.writerow(["tokens", "time_s"])
             for a, b in zip(self.tokens, self.time_s):
-                w.writerow([f"{a:g}", f"{b:.6g}"])
+                w.writerow([str(int(a)) if float(a).is_integer() else f"{a:g}", f"{b:.6g}"])
         return p
