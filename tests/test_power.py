@@ -85,14 +85,23 @@ def test_energy_per_part_per_chip_and_the_idle_time_by_hand():
 
 
 def test_sums_are_order_fixed_so_any_cpu_gives_the_same_joules():
-    """math.fsum is exactly rounded: the steps in any order give the same bits (a BLAS dot need not)."""
+    """Every sum runs strictly left to right (no pairwise or SIMD-reassociated summation, whose rounding follows
+    the CPU and the array's alignment): the joules equal a plain Python loop over the steps, bit for bit."""
     rng = np.random.default_rng(3)
     n = 5000
     dur, nb, fl = rng.uniform(1e-3, 3e-2, n), rng.uniform(1e8, 5e10, n), rng.uniform(1e9, 1e13, n)
     hw = loader.hardware("h100-sxm")
-    ref = run_energy_j(hw, 2, 1, 500.0, dur, nb, fl, BW_BYTES_S, PEAK_BF16_FLOPS)
-    for perm in (np.arange(n)[::-1], rng.permutation(n)):
-        assert run_energy_j(hw, 2, 1, 500.0, dur[perm], nb[perm], fl[perm], BW_BYTES_S, PEAK_BF16_FLOPS) == ref
+    c = PowerCurve.of(hw)
+    p = c.pass_power_w(nb / (dur * BW_BYTES_S), fl / (dur * PEAK_BF16_FLOPS)) * dur  # element-wise: exact per element
+    steps = busy = 0.0
+    for x, d in zip(p.tolist(), dur.tolist()):
+        steps += x
+        busy += d
+    want = 2 * steps + IDLE_W * (2 * 500.0 - 2 * busy)
+    assert run_energy_j(hw, 2, 1, 500.0, dur, nb, fl, BW_BYTES_S, PEAK_BF16_FLOPS) == want
+    for off in (1, 3):  # a misaligned view of the same values: the same bits
+        pad = [np.r_[np.zeros(off), a][off:] for a in (dur, nb, fl)]
+        assert run_energy_j(hw, 2, 1, 500.0, *pad, BW_BYTES_S, PEAK_BF16_FLOPS) == want
 
 
 def test_a_one_chip_draft_is_not_billed_on_eight_chips():

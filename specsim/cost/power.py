@@ -28,7 +28,7 @@ Energy of a run, for chips = tp × replicas:
     E = Σ_steps [tp · P(u_verify) · t_verify + (draft_tp · P(u_draft) + (tp − draft_tp) · floor) · t_draft]
         + idle_w · (chips · walltime − tp · Σ_steps t_step)
 (steps of every replica concatenated; the time no step covers — an open loop waiting for arrivals — is idle).
-Sums are `math.fsum` of element-wise products: order-fixed, so the same on every CPU. Mean power per chip =
+Sums run strictly left to right over element-wise products (`_sum`): order-fixed, so the same on every CPU. Mean power per chip =
 E / (chips · walltime), what `nvidia-smi` averages over the run.
 What it leaves out: clocks throttling near TDP (the cap does not slow the step); power within a pass is uniform;
 a step's split between draft and verification is priced at the run's mean live context (`draft_shares`).
@@ -37,7 +37,6 @@ Dollars: chips · price_usd_per_hour · walltime / 3600, and per million output 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,9 +78,10 @@ class PowerCurve:
         return self.floor_w + (self.tdp_w - self.floor_w) * (s / (1.0 + s))
 
 
-def _fsum_products(a: np.ndarray, b: np.ndarray) -> float:
-    """Σ a·b in a fixed order (element-wise products, then an exactly rounded sum): the same on every CPU."""
-    return math.fsum((np.asarray(a, float) * np.asarray(b, float)).tolist())
+def _sum(x: np.ndarray) -> float:
+    """Σ x strictly left to right (numpy's cumsum: never pairwise, never reassociated by SIMD, unlike np.sum and
+    np.dot), so the same bits on every CPU; 0 for no elements."""
+    return float(np.add.accumulate(x)[-1]) if x.size else 0.0
 
 
 def run_energy(hardware, tp: int, replicas: int, walltime_s: float, dur_s, bytes_, flops, peak_bytes_s: float,
@@ -99,17 +99,19 @@ def run_energy(hardware, tp: int, replicas: int, walltime_s: float, dur_s, bytes
         return None
     ok = dur > 0
     dur, b, f = dur[ok], b[ok], f[ok]
+    if not ok.all():
+        dur, b, f = dur[ok], b[ok], f[ok]
+    draft_part = None
     if draft is None:
-        dd = db = df = np.zeros_like(dur)
+        verify = (dur, *_utilisation(dur, b, f, peak_bytes_s, peak_flops))
     else:
         dd, db, df = (np.asarray(x, float)[ok] for x in draft)
         dd, db, df = np.minimum(dd, dur), np.minimum(db, b), np.minimum(df, f)
-    dv, bv, fv = dur - dd, b - db, f - df
-    verify = (dv, *_utilisation(dv, bv, fv, peak_bytes_s, peak_flops))
-    draft_part = (dd, *_utilisation(dd, db, df, peak_bytes_s, peak_flops))
+        verify = (dur - dd, *_utilisation(dur - dd, b - db, f - df, peak_bytes_s, peak_flops))
+        draft_part = (dd, *_utilisation(dd, db, df, peak_bytes_s, peak_flops))
     e_steps = steps_energy_j(curve, tp, tp if draft_tp is None else draft_tp, verify, draft_part)
     chips = tp * replicas
-    idle_chip_s = max(0.0, chips * walltime_s - tp * math.fsum(dur.tolist()))
+    idle_chip_s = max(0.0, chips * walltime_s - tp * _sum(dur))
     e = e_steps + curve.idle_w * idle_chip_s
     return e, (e / (chips * walltime_s) if walltime_s > 0 else curve.idle_w)
 
@@ -120,18 +122,20 @@ def steps_energy_j(curve: PowerCurve, tp: int, draft_tp: int, verify, draft=None
     chips, the draft on draft_tp of them while the rest wait at the floor (module docstring)."""
     dtp = min(int(draft_tp), tp)
     dv, uv, fv = (np.asarray(x, float) for x in verify)
-    e = tp * _fsum_products(np.where(dv > 0, curve.pass_power_w(uv, fv), 0.0), dv)
+    e = tp * _sum(curve.pass_power_w(uv, fv) * dv)  # a part of no time adds nothing, whatever its P
     if draft is not None:
         dd, ud, fd = (np.asarray(x, float) for x in draft)
-        e += dtp * _fsum_products(np.where(dd > 0, curve.pass_power_w(ud, fd), 0.0), dd) + \
-            (tp - dtp) * curve.floor_w * math.fsum(dd.tolist())
+        e += dtp * _sum(curve.pass_power_w(ud, fd) * dd) + (tp - dtp) * curve.floor_w * _sum(dd)
     return e
 
 
 def _utilisation(dur, b, f, peak_bytes_s: float, peak_flops: float):
     """(MBU, MFU) of each part (0 where the part takes no time: it adds no energy)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(dur > 0, b / (dur * peak_bytes_s), 0.0), np.where(dur > 0, f / (dur * peak_flops), 0.0)
+    pos = dur > 0
+    mbu, mfu = np.zeros_like(dur), np.zeros_like(dur)
+    np.divide(b, dur * peak_bytes_s, out=mbu, where=pos)
+    np.divide(f, dur * peak_flops, out=mfu, where=pos)
+    return mbu, mfu
 
 
 def run_energy_j(hardware, tp: int, replicas: int, walltime_s: float, dur_s, bytes_, flops, peak_bytes_s: float,
@@ -149,9 +153,10 @@ def draft_shares(costs, batch, gamma, dur_s, bytes_, flops, context: float, cros
     if costs.fixed_c is not None or costs.draft is None or not len(dur_s):
         return None
     batch, gamma = np.asarray(batch, np.int64), np.asarray(gamma, np.int64)
-    keys, inv = np.unique(np.stack([batch, gamma]), axis=1, return_inverse=True)
-    share = np.zeros((3, keys.shape[1]))
-    for j, (B, G) in enumerate(keys.T.tolist()):
+    span = int(gamma.max()) + 1 if gamma.size else 1
+    keys, inv = np.unique(batch * span + gamma, return_inverse=True)  # one key per (batch, γ)
+    share = np.zeros((3, keys.size))
+    for j, (B, G) in enumerate(zip((keys // span).tolist(), (keys % span).tolist())):
         if G <= 0 or B <= 0:
             continue
         total = costs.spec_step(B, G, context, cross)
