@@ -215,7 +215,9 @@ class KernelPricer:
         self.attn_idx = [i for i, n in enumerate(names) if part_of(n) == "attention"]
         self.rest_idx = [i for i, n in enumerate(names) if part_of(n) != "attention"]
         self.all_idx = list(range(len(names)))
-        self.n_ctx = len(self.h.run_static_per_op(batch_size=1, isl=2, osl=2)[0])
+        ctx_names = [o[0] for o in self.h.run_static_per_op(batch_size=1, isl=2, osl=2)[0]]
+        self.n_ctx = len(ctx_names)
+        self.ctx_attn_idx = [i for i, n in enumerate(ctx_names) if part_of(n) == "attention"]
         self.extra_json = gemm_ops_json(extra) if extra else None
         self.parts = lru_cache(maxsize=1 << 16)(self._parts)
         self.prefill_parts = lru_cache(maxsize=1 << 12)(self._prefill_parts)
@@ -255,6 +257,36 @@ class KernelPricer:
             self._fold(self.h.evaluate_ops_json(self.extra_json, is_context=False, batch_size=batch, s=1 + positions,
                                                 x=batch * positions), out)
         return out
+
+    # --- ragged steps (the vllm-v1 engine profile: decodes, verifications and prefill chunks in one step) ------
+    @lru_cache(maxsize=1 << 14)  # noqa: B019 - per-process pricer (`pricer`)
+    def tokens_rest_s(self, rows: int, tokens: int) -> float:
+        """Every op but attention over a step of `tokens` tokens from `rows` requests (the table as it is)."""
+        return sum(self.raw_rest_tokens(rows, tokens).values())
+
+    def raw_rest_tokens(self, rows: int, tokens: int) -> dict:
+        out = dict.fromkeys(PARTS, 0.0)
+        if self.layers:
+            self._fold(self.h.evaluate_generation_ops(self.rest_idx, batch_size=rows, s=2, x=tokens), out)
+        if self.extra_json is not None:
+            self._fold(self.h.evaluate_ops_json(self.extra_json, is_context=False, batch_size=rows, s=2, x=tokens),
+                       out)
+        return out
+
+    @lru_cache(maxsize=1 << 16)  # noqa: B019
+    def decode_attention_s(self, rows: int, kv_len: int) -> float:
+        """The decode attention kernel over `rows` sequences at KV length `kv_len` (one read of each cache)."""
+        if not self.layers:
+            return 0.0
+        return sum(e[1] for e in self.h.evaluate_generation_ops(self.attn_idx, batch_size=rows, s=kv_len)) * 1e-3
+
+    @lru_cache(maxsize=1 << 16)  # noqa: B019
+    def chunk_attention_s(self, chunk: int, prefix: int) -> float:
+        """A prefill chunk's attention: the context-attention table at `chunk` new tokens over `prefix` cached."""
+        if not self.layers:
+            return 0.0
+        return sum(e[1] for e in self.h.evaluate_context_ops(self.ctx_attn_idx, batch_size=1, s=chunk,
+                                                             prefix=prefix)) * 1e-3
 
     def _prefill_parts(self, batch: int, prompt_len: int) -> dict:
         out = dict.fromkeys(PARTS, 0.0)

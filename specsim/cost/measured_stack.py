@@ -199,6 +199,10 @@ class MeasuredCost:
                         flops=ideal.flops, bound=ideal.bound, memory_time_s=0.0, compute_time_s=0.0,
                         overhead_time_s=self.pass_s, comm_time_s=parts["allreduce"])
 
+    def ragged_pricer(self) -> "RaggedPricer":
+        """A pricer of ragged steps for the vllm-v1 engine profile (`RaggedPricer`)."""
+        return RaggedPricer(self)
+
     def step_once_cost(self, batch: int) -> tuple[float, float, float]:
         """EAGLE-3's projection once per step, as the measured GEMM over the batch (bytes / FLOPs ideal)."""
         if not self.once_gemms:
@@ -256,3 +260,36 @@ def head_cost(head, hardware: HardwareProfile, engine: str, version: str, tp: in
     k = kd.pricer(kd.config_dir(cfg), hardware.measured_system, engine, version, roof.tp, False, per, layers)
     s, src = terms.draft_term(head.method)
     return MeasuredCost(roof, k, s, src, once_gemms=once)
+
+
+# our choice: rows of more new tokens than this are prefill chunks (context-attention table); up to it a row is a
+# decode or a verification (k + 1 <= 16: vLLM's num_speculative_tokens in practice), its cache read once
+CHUNK_MIN_TOKENS = 16
+KV_BUCKET = 16  # decode attention priced at the batch's mean KV length rounded to this many tokens (cache hits)
+
+
+class RaggedPricer:
+    """`price(new, ctx)` of one vllm-v1 step on a measured stack: every op but attention at the step's T tokens;
+    attention = the decode kernel over the decode / verification rows at their mean KV length + the
+    context-attention table per prefill chunk; plus the engine's own term once per step. Bytes and FLOPs: the
+    ideal roofline's ragged pricer (`engine_profiles.step_costs.RooflinePricer`), for MBU / MFU."""
+
+    def __init__(self, cm: MeasuredCost):
+        from specsim.engine.engine_profiles.step_costs import RooflinePricer  # lazily: the engine's own pricer
+
+        self.cm, self.k, self.model = cm, cm.kernels, cm.model
+        self.roof = RooflinePricer(cm.roof)
+
+    def price(self, new, ctx) -> tuple[float, float, float]:
+        _, b, f = self.roof.price(new, ctx)
+        rows = [(int(n), int(self.cm.roof.kv_context(int(c)))) for n, c in zip(new, ctx) if n > 0]
+        if not rows:
+            return 0.0, 0.0, 0.0
+        tokens = sum(n for n, _ in rows)
+        t = self.k.tokens_rest_s(len(rows), tokens) + self.cm.pass_s
+        short = [c + n for n, c in rows if n <= CHUNK_MIN_TOKENS]
+        if short:
+            mean = sum(short) / len(short)
+            t += self.k.decode_attention_s(len(short), max(1, int(round(mean / KV_BUCKET)) * KV_BUCKET))
+        t += sum(self.k.chunk_attention_s(n, c) for n, c in rows if n > CHUNK_MIN_TOKENS)
+        return t, b, f

@@ -51,6 +51,8 @@ def _config(cfg, hardware) -> VllmV1Config:
 
 
 def _pricer(cm, table_path: str | None):
+    if table_path is None and hasattr(cm, "ragged_pricer"):  # a measured-kernel stack (cost.measured_stack)
+        return cm.ragged_pricer()
     return RooflinePricer(cm) if table_path is None else StepTable.read_csv(table_path)
 
 
