@@ -7,7 +7,7 @@ from when it has room, which no HTTP load balancer can do (it would have to know
 slot first) — keep it to see how much routing costs.
 
 The default is `round-robin`, the routing logic vLLM's production stack router starts with
-(vllm-project/production-stack, `src/vllm_router`: `--routing-logic roundrobin`, the Helm chart's default
+(vllm-project/production-stack, `src/vllm_router`: routing logic `roundrobin`, the Helm chart's default
 `routingLogic: roundrobin`); `least-outstanding` is Envoy's / NGINX's least-request balancing; `power-of-two` is
 the two-random-choices rule (Mitzenmacher 2001) that Envoy's LEAST_REQUEST uses by default (choice_count 2).
 
