@@ -238,3 +238,17 @@ def test_simulate_under_vllm_v1_on_the_measured_stack():
     assert row["engine_profile"] == "vllm-v1" and 1.0 < row["speedup"] < 3.0
     # the plain step on the measured stack is the kernels + the calibrated engine term (~7.1 ms at low load)
     assert 0.006 < row["baseline_tpot_mean_s"] < 0.009
+
+
+def test_models_never_download(monkeypatch):
+    """Every config comes from the package or the profile's shape: no network (Mixtral's config ships in
+    aiconfigurator-core's model_configs/ but is not among its default ids, which made it try Hugging Face)."""
+    import urllib.request
+
+    def no_network(*a, **k):
+        raise AssertionError("network access")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    cm = Deployment.resolve("h200", "mixtral-8x7b", stack="vllm", tp=2).cost_models[0]
+    parts = cm.parts(8, 1, 512)
+    assert parts["moe"] > parts["gemm"] > 0 and parts["allreduce"] > 0

@@ -11,18 +11,23 @@ mapping of a specsim pass (batch B, new positions per sequence P, cached context
   exactly aiconfigurator-core's own `decode_step_latency(B, isl=L, osl=1)` (its s = isl + osl // 2 + 1).
 - P > 1 (verification of k + 1 tokens, a token tree's nodes, a draft head's catch-up): a shape the database has
   no table for. Every op but attention is evaluated at B·P tokens (`x` = B·P: GEMMs, norms, all-reduces and the
-  MoE kernels at the token count the pass carries; MoE tables count the experts those tokens wake); attention is
+  MoE kernels at the token count the pass carries; MoE tables count the experts those tokens wake), taken as a
+  running maximum over P at that batch (the GEMM tables dip by up to 7% between neighbouring token counts where
+  another kernel tile wins; a pass of more tokens is never priced below one of fewer — tested); attention is
   the decode kernel over B sequences at KV length L + P, i.e. the KV cache read once for the P query rows, as
   FlashAttention-3 / FlashInfer do for a short multi-token query with packed GQA. Bounds (tested): never below
   the one-token step's attention, never above aiconfigurator-core's own MTP rule (decode attention at batch
-  B·(k + 1), the KV read k + 1 times). Its chunked-prefill table (context attention with a prefix) is not used:
-  for a few query rows over a long cache it falls below the time to read that cache once.
+  B·(k + 1), the KV read k + 1 times). Its chunked-prefill table (context attention with a prefix) is not used
+  for such short queries: for a few query rows over a long cache it falls below the time to read that cache once.
 - Prefill (a prompt of S tokens): the compiled context op list at (B, S) = its `predict_prefill_latency`.
+- A ragged step (the vllm-v1 engine profile: decodes, verifications and prefill chunks together): the non-attention
+  ops at the step's tokens, decode attention over the short rows, the context-attention table per prefill chunk
+  (`measured_stack.RaggedPricer`).
 
 Models: a specsim profile whose shape equals a config aiconfigurator-core ships (Llama-3.1-8B/70B, Qwen3-30B-A3B,
 Mixtral-8x7B) uses that config; any other Llama-like dense decoder is given by shape (a `config.json` written from
 the profile into a cache directory, LlamaForCausalLM). Draft heads are priced as a one-layer Llama of the head's
-shape plus their extra GEMMs (`extra_gemms`), through the same engine's op evaluation.
+shape plus their extra GEMMs (`measured_stack.head_gemms`), through the same engine's op evaluation.
 """
 
 from __future__ import annotations
@@ -112,19 +117,23 @@ def _check_priceable(model) -> None:
 
 
 def _shipped(model) -> str | None:
-    """The shipped HF config of this profile when every shape field agrees (a renamed copy stays by-shape)."""
-    path = SHIPPED.get(model.name)
-    if path is None:
+    """A model directory holding the config aiconfigurator-core ships for this profile (read from the package's
+    model_configs/, never downloaded), when every shape field agrees (a renamed copy stays by-shape)."""
+    hf_id = SHIPPED.get(model.name)
+    if hf_id is None:
         return None
-    from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
+    import aiconfigurator_core
 
-    raw = get_model_config_from_model_path(path)["raw_config"]
+    cfg_file = Path(aiconfigurator_core.__file__).parent / "model_configs" / f"{hf_id.replace('/', '--')}_config.json"
+    if not cfg_file.is_file():
+        return None
+    raw = json.loads(cfg_file.read_text())
     same = all(raw.get(k) == getattr(model, f) for f, k in _SHAPE.items())
     moe = getattr(model, "n_experts", None)
     if moe:
         same = same and moe in (raw.get("num_experts"), raw.get("num_local_experts")) and \
             raw.get("num_experts_per_tok") == model.experts_per_token
-    return path if same else None
+    return config_dir(raw) if same else None
 
 
 def llama_config(n_layers: int, d_model: int, d_ff: int, n_heads: int, n_kv_heads: int, head_dim: int,
