@@ -278,3 +278,19 @@ def test_a_warm_up_leaves_the_empty_start_out_of_the_slo(tmp_path, capsys):
     given = _write(tmp_path, PLAN.replace("alpha = 0.7", "alpha = 0.7\nslo_warmup_s = 3"), "given.toml")
     code, _, err = cli_capsys(capsys, "plan", given, "--out", tmp_path / "o2")
     assert code == 2 and "fixed.slo_warmup_s" in err
+
+
+def test_best_speculative_candidate_at_equal_replicas_is_the_fastest(planned):
+    """Answers with the same replicas bill the same chips for the same tokens (a tie on $/Mtok): the speculative
+    one reported is the one cutting the mean latency most, and plain decoding is `best` unless it needs more."""
+    plan, report, _ = planned
+    by_label = {c.label: c for c in plan.candidates}
+    ties = 0
+    for row in report.rows:
+        same = [k for k, v in row["candidates"].items() if k != "baseline" and v == row["replicas_spec"]]
+        lat = {k: _sim(plan, row, by_label[k], row["replicas_spec"])["speedup_latency"] for k in same}
+        assert lat[row["spec_candidate"]] == max(lat.values())
+        ties += len(same) > 1
+        if row["replicas_baseline"] == row["replicas_spec"]:
+            assert row["best"] == "plain decoding" and row["usd_per_mtok_baseline"] == row["usd_per_mtok_spec"]
+    assert ties >= 1

@@ -2,7 +2,8 @@
 
 - `best` is the way to serve with the fewest replicas, then the lowest $/Mtok — plain decoding included: it reads
   "plain decoding" when speculation does not need fewer replicas (or as few, for more $/Mtok), and `best_why`
-  says why in words. `replicas_spec` / `spec_candidate` are the best speculative candidate by the same rule.
+  says why in words. `replicas_spec` / `spec_candidate` are the best speculative candidate by the same rule,
+  then the largest speedup_latency (at equal replicas answers tie on $/Mtok: see `provisioned`).
 - $/Mtok and J/token (`provisioned`) bill every chip for the hour and divide by the tokens the replicas SERVE
   (`plan_keepup`), not the tokens asked for: for an answer, whose replicas keep up, the two are the same.
 - Speedups, one meaning per name: `speedup_latency` = plain mean end-to-end latency / speculative, both at
@@ -77,7 +78,9 @@ def _row(plan, key, ss: list) -> dict:
     base = next(s for s in ss if s.cand.policy is None)
     hw = base.option.fields.get("hardware")
     spec = [s for s in ss if s.cand.policy is not None and s.hi is not None]
-    best = min(spec, key=lambda s: (s.hi, _usd(s, hw, tp, rate)), default=None)  # ties: the plan's order
+    # among speculative answers at equal replicas and $/Mtok, the one that cuts the mean latency most
+    best = min(spec, key=lambda s: (s.hi, _usd(s, hw, tp, rate), -(s.rows[s.hi].get("speedup_latency") or 0.0)),
+               default=None)
     row = {"option": name, "hardware": hw, "tp": tp,
            "rate": rate if rate is not None else _replay_rate(base, plan), "replicas_baseline": base.hi,
            "replicas_spec": best.hi if best else None, "spec_candidate": best.cand.label if best else None}
