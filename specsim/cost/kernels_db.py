@@ -79,7 +79,8 @@ def system_for(hardware, stack_name: str) -> str:
     """The database's system name of this hardware, or one line saying it has no measured kernels."""
     system = getattr(hardware, "measured_system", None)
     if not system:
-        raise ConfigError(f"hardware {hardware.name} has no measured kernels", field="--stack", value=stack_name,
+        raise ConfigError(f"hardware {hardware.name} has no measured kernels", file=f"hardware profile {hardware.name}",
+                          field="--stack", value=stack_name,
                           allowed="a hardware whose profile names its measured_system (h100-sxm, h200, b200, "
                                   "b300, gb200, l40s, rtx-pro-6000, a100-80gb), or a roofline stack such as "
                                   "ideal")
