@@ -430,3 +430,23 @@ def test_context_property(prompt, output):
         assert prompt + output > 512 and "\n" not in str(e)
         return
     assert prompt + output <= 512
+
+
+def test_a_sweep_refuses_the_combinations_before_any_point_runs(tmp_path, capsys):
+    """The same two rules up front in a sweep (and a plan, through the same checks): one line naming the spec's
+    field, before the grid runs, instead of an error column per point."""
+    narrow = _head(tmp_path, "d_model", "2048")
+    cases = [(f'[fixed]\nhardware = "h100-sxm"\ntarget = "llama-3.1-8b"\nalpha = 0.7\nrequests = 4\n'
+              f'method = "eagle3"\n[grid]\ndraft = ["eagle3-llama-3.1-8b", "{narrow}"]\ngamma = [2]\n',
+              ["field 'grid.draft'", "d_model", "allowed: 4096"]),
+             ('[fixed]\nhardware = "a100-80gb"\ntarget = "gpt-like-97m"\ndraft = "gpt-like-6m"\nalpha = 0.8\n'
+              'requests = 2\noutput_len = 100\n[grid]\nprompt_len = [100, 500]\n',
+              ["field 'grid.prompt_len'", "600 tokens", "<= 512"])]
+    for text, needles in cases:
+        spec = _fresh(tmp_path, ".toml")
+        spec.write_text(text)
+        out_dir = _fresh(tmp_path, "")
+        line = _one_line(*_cli(capsys, "sweep", spec, "--out", out_dir))
+        assert str(spec) in line and not list(Path(out_dir).rglob("*.parquet")), line  # nothing ran
+        for n in needles:
+            assert n in line, (n, line)

@@ -154,6 +154,31 @@ def check_files_and_profiles(points: list[SimConfig], path: Path, where) -> None
                               file=path, field=where("draft"), allowed=f"a {t.architecture} draft")
         for f, m in (("target", t), ("draft", d)):
             _check_cost_model(Deployment(hw, stack, m, tp=tp), f, path, where)
+    _check_combinations(points, path, where)
+
+
+def _check_combinations(points: list[SimConfig], path: Path, where) -> None:
+    """Parts that cannot run together fail now: a head on a target it cannot read (`heads.check_against_target`),
+    and prompt_len + output_len past a model's context (`ModelProfile.check_context`; with a length distribution
+    the run still checks its longest drawn request)."""
+    from specsim.methods import heads
+    from specsim.profiles.loader import is_path
+    from specsim.profiles.schema import ModelProfile
+
+    combos = {(p.deployment.target, p.deployment.draft, p.workload.prompt_len, p.workload.output_len)
+              for p in points}
+    for target, draft, prompt, output in sorted(combos, key=repr):
+        t, d = load_profile("target", target), load_profile("draft", draft)
+        try:
+            if isinstance(d, heads.HeadProfile):
+                heads.check_against_target(d, t, draft if is_path(draft) else None)
+            for role, m in (("target", t), ("draft", d)):
+                if isinstance(m, ModelProfile):
+                    m.check_context(prompt, output, role)
+        except ConfigError as e:
+            field = "draft" if e.field not in ("prompt_len", "output_len", "prompt_len + output_len") else \
+                e.field.split(" + ")[0]
+            raise ConfigError(f"{e}", file=path, field=where(field)) from None
 
 
 def _file_problem(value: str) -> str | None:
