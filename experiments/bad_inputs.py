@@ -63,7 +63,11 @@ def run_one(exe: str, args: str, d: Path, port: int, timeout: float) -> tuple:
     cwd = d / "work"
     if args.startswith("@hijack "):
         cwd, args = d / "hijack", args[len("@hijack "):]
-    argv = [exe, *[a.format(d=d, port=port) for a in shlex.split(args)]]
+    head = [exe]
+    if args.startswith("@reader "):  # the vLLM readers' command line (experiments/bad_inputs_readers.py)
+        head, args = [str(Path(exe).parent / "python"), str(Path(__file__).with_name("bad_inputs_readers.py"))], \
+            args[len("@reader "):]
+    argv = [*head, *[a.format(d=d, port=port) for a in shlex.split(args)]]
     env = {k: v for k, v in os.environ.items() if k != "SPECSIM_PROFILE_PATH"}
     t0 = time.monotonic()
     p = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -128,7 +132,7 @@ def report(rows: list[dict], wall_s: float, exe: str) -> str:
         "| bad inputs | " + " | ".join(BAD_CLASSES) + " |", "|---" * (len(BAD_CLASSES) + 1) + "|",
         f"| {len(bad)} | " + " | ".join(str(cb.get(c, 0)) for c in BAD_CLASSES) + " |", "",
         f"Good inputs: {cg.get('ok', 0)} ok, {cg.get('failed', 0)} failed (of {len(good)}).", "",
-        "Cases not yet as promised, by the part of issue 13 that owns them: "
+        "Cases not yet as promised, by the issue part that owns them (A-C: issue 13; 15, 16; 21.x: issue 21): "
         + (", ".join(f"part {k}: {v}" for k, v in sorted(by_part.items())) or "none") + ".", "",
         "| # | kind | part | case | expect | class | exit | s | stderr (first line; last for tracebacks) |",
         "|---|---|---|---|---|---|---|---|---|"]
@@ -142,11 +146,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once (2 on a 2-core machine)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
-    ap.add_argument("--only", default=None, help="run only cases of this kind (e.g. trace)")
+    ap.add_argument("--only", default=None, help="run only cases of these kinds, comma-separated (e.g. trace,good)")
     ap.add_argument("--out", default=str(RESULTS), help="markdown report to write")
     args = ap.parse_args(argv)
     exe = specsim_exe()
-    todo = [c for c in cases() if args.only in (None, c[0])]
+    todo = [c for c in cases() if args.only is None or c[0] in args.only.split(",")]
     srv, port = http_server()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="specsim-bad-inputs-") as tmp:

@@ -16,11 +16,12 @@ import subprocess
 from pathlib import Path
 
 from bad_inputs_more import _cases_plan_methods, _plan_moe_files
+from bad_inputs_newer import NEWER_PARTS, newer_cases, newer_files
 
 REPO = Path(__file__).resolve().parents[1]
 KIND_PART = {"profile": "A", "tp": "A", "cli": "A", "path": "A", "compare": "A/B", "spec": "B", "sweep-files": "B",
              "scheduler": "B", "trace": "C", "arrivals": "C", "measured": "C", "executor": "C", "good": "-",
-             "plan": "16", "method": "15", "tree": "15", "moe": "15"}
+             "plan": "16", "method": "15", "tree": "15", "moe": "15", **NEWER_PARTS}
 SIM = "simulate --hardware a100-80gb --target llama-3.1-8b --draft llama-3.2-1b --requests 2 --output-len 8 --json"
 SIM_A = SIM + " --alpha 0.7"
 REC = "record --target profile:llama-68m:layers=1 --draft bigram --prompts {d}/p.txt --max-new-tokens 4 --json"
@@ -149,7 +150,7 @@ def _sweep_files(d: Path, exe: str) -> None:
               "sw_zero_results": lambda o: _cut(o / "results.parquet", 0.0),
               "sw_no_results": lambda o: (o / "results.parquet").unlink()}
     for name, fn in damage.items():
-        if (d / "sw").is_dir():
+        if (d / "sw" / "results.parquet").is_file():  # the tiny sweep ran (else the rerun cases say so)
             shutil.copytree(d / "sw", d / name)
             fn(d / name)
     shutil.copy(REPO / "hardware_profiles" / "a100-80gb.toml", d / "hw_edit.toml")
@@ -190,6 +191,7 @@ def prepare(d: Path, exe: str) -> None:
     _executor_files(d)
     _sweep_files(d, exe)
     _plan_moe_files(d)
+    newer_files(d, exe)
 
 
 def _cases_profiles() -> list[tuple]:
@@ -340,4 +342,4 @@ def _cases_good() -> list[tuple]:
 
 def cases() -> list[tuple]:
     return (_cases_profiles() + _cases_tp_cli() + _cases_paths_specs() + _cases_tables() + _cases_executor()
-            + _cases_plan_methods() + _cases_good())
+            + _cases_plan_methods() + newer_cases() + _cases_good())
