@@ -5,8 +5,10 @@ the loader will take it back."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import cli_capsys
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from specsim.cost.calibrate_io import read_power_rows, write_power_profile
 from specsim.cost.power_fit import PowerRow, fit_curve, leave_one_model_out, predict_w, row_parts
@@ -117,3 +119,48 @@ def test_out_must_be_a_toml_path(tmp_path, capsys):
 def test_a_profile_without_power_figures_is_refused(capsys):
     code, _, err = cli_capsys(capsys, "calibrate-power", FIXTURE, "--hardware", "cpu-2core", "--pool")
     assert code == 2 and "tdp_w" in err and len(err.strip().splitlines()) == 1
+
+
+_CELL = st.one_of(st.text(max_size=12), st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                  st.integers(-10 ** 12, 10 ** 12).map(str), st.sampled_from(["", " ", "true", "1e400", "-0", "0x10"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(row=st.integers(0, 17), col=st.integers(0, 8), cell=_CELL)
+def test_any_one_bad_cell_is_a_fit_or_one_line(tmp_path, row, col, cell):
+    """The rows CSV as a typed input surface: one cell of the fixture replaced by anything is either still a valid
+    row (the fit runs) or one ConfigError line naming the file — never a traceback, never a silent NaN."""
+    lines = [ln for ln in FIXTURE.read_text().splitlines() if not ln.startswith("#")]
+    cells = lines[1 + row].split(",")
+    cells[col] = cell.replace(",", ";").replace("\n", " ").replace("\r", " ").replace('"', "'").replace("#", "")
+    lines[1 + row] = ",".join(cells)
+    csv = tmp_path / "rows.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    try:
+        parts = [row_parts(r) for r in read_power_rows(csv, 70, 215, "cuda-graphs")]
+        fit = fit_curve(parts)
+    except ConfigError as e:
+        assert "\n" not in str(e) and str(e)
+        return
+    assert all(np.isfinite(fit.theta)) and all(np.isfinite(fit.errors_pct()))
+
+
+@pytest.mark.parametrize("cell, col", [("nan", 5), ("inf", 7), ("-1", 2), ("", 0), ("abc", 4), ("1e400", 6)])
+def test_hand_picked_bad_cells_are_refused(tmp_path, cell, col):
+    """The property's rejects, by hand (so it can fail): each is refused, naming its column."""
+    lines = [ln for ln in FIXTURE.read_text().splitlines() if not ln.startswith("#")]
+    cells = lines[1].split(",")
+    cells[col] = cell
+    lines[1] = ",".join(cells)
+    csv = tmp_path / "rows.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as e:
+        read_power_rows(csv, 70, 215, "cuda-graphs")
+    assert lines[0].split(",")[col] in str(e.value)
+
+
+def test_a_batch_above_max_num_seqs_is_refused(tmp_path):
+    csv = tmp_path / "rows.csv"
+    csv.write_text("model,gpu,tp,max_num_seqs,batch,w_per_gpu,tok_s\nllama-3.1-8b,h100-sxm,1,8,64,486,1070\n")
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        read_power_rows(csv, 70, 215, "cuda-graphs")

@@ -171,8 +171,11 @@ def _power_row(t, path, i: int, cols: set, PowerRow, prompt_len: int, output_len
                               allowed="a model / hardware profile name or TOML path")
     tp = num("tp", 1, 1024, integer=True)
     tok_s = num("tok_s", 1e-6, 1e9)
-    batch = num("batch", 1, 1e6)
-    batch = batch if batch is not None else num("max_num_seqs", 1, 1e6, integer=True)
+    batch, cap = num("batch", 1, 1e6), num("max_num_seqs", 1, 1e6, integer=True)  # every cell checked
+    if batch is not None and cap is not None and batch > cap * (1 + AGREE_REL):
+        raise ConfigError(f"a mean running batch above max_num_seqs in data row {i + 1}", file=path, field="batch",
+                          value=batch, allowed=f"<= max_num_seqs = {cap}")
+    batch = batch if batch is not None else cap
     w, j = num("w_per_gpu", 1e-3, 1e5), num("j_per_token", 1e-9, 1e6)
     for name, v in (("tp", tp), ("tok_s", tok_s), ("batch or max_num_seqs", batch), ("w_per_gpu or j_per_token",
                                                                                      w if w is not None else j)):
