@@ -104,8 +104,10 @@ def measured_stack(hardware: HardwareProfile | None, name: str) -> MeasuredStack
     engine, pinned = kd.parse_stack(name)
     kd._aic()
     system = None if hardware is None else kd.system_for(hardware, name)
-    version = kd.resolve_version(system or "h100_sxm", engine, pinned, name) if system or pinned else \
-        kd.resolve_version("h100_sxm", engine, None, name)
+    if system is not None:
+        version = kd.resolve_version(system, engine, pinned, name)
+    else:  # no hardware yet (a sweep's content hash): the pin as given, else the current version on H100
+        version = pinned or kd.resolve_version("h100_sxm", engine, None, name)
     t = engine_terms(engine, version)
     return MeasuredStack(name=f"{engine}@{version}", description=f"measured {engine} {version} kernels "
                          f"({system or 'any system'}) + the engine's own time per step", engine=engine,
