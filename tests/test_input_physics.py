@@ -339,6 +339,26 @@ def test_head_hidden_size_property(tmp_path_factory, d_model):
     assert d_model == 4096 and dep.cost_models[1].pass_time_s(1, 1, 0) > 0
 
 
+@PROPS
+@given(st.dictionaries(st.sampled_from(["n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "lm_head_vocab",
+                                        "fc_input_multiple", "attention_input_multiple"]),
+                       st.integers(-2, 70_000), min_size=1, max_size=4))
+def test_any_head_layer_is_priced_or_one_line(tmp_path_factory, fields):
+    """Whatever the head's layer fields say, the deployment prices a pass or refuses in one ConfigError line (a
+    head whose layer broke a model layer's rules was a raw pydantic traceback at pricing)."""
+    text = HEAD
+    tmp = tmp_path_factory.mktemp("hl")
+    for k, v in fields.items():
+        text = _head(tmp, k, str(v), text).read_text()
+    f = _fresh(tmp, ".toml")
+    f.write_text(text)
+    try:
+        dep = Deployment.resolve("h100-sxm", "llama-3.1-8b", str(f), method="eagle3")
+        assert dep.cost_models[1].pass_time_s(2, 1, 64) > 0
+    except ConfigError as e:
+        assert "\n" not in str(e) and "validation error" not in str(e), e
+
+
 # --- trees against their inputs -------------------------------------------------------------------------------------
 
 def test_a_dynamic_tree_without_top_k_acceptance_is_refused_not_a_chain(capsys):
