@@ -114,17 +114,17 @@ def _best(base, spec, hw: str, tp: int, rate, max_replicas: int) -> dict:
         return {"best": None, "best_why": "neither plain decoding nor any speculative candidate passes within "
                                           f"max_replicas = {max_replicas}"}
     if spec is None:
-        return {"best": PLAIN, "best_why": f"plain decoding: {base.hi} replicas; no speculative candidate passes "
+        return {"best": PLAIN, "best_why": f"plain decoding: {_n(base.hi)}; no speculative candidate passes "
                                            f"within max_replicas = {max_replicas}"}
     label = spec.cand.label
     if base.hi is None:
-        return {"best": label, "best_why": f"{label}: {spec.hi} replicas; plain decoding fails even at "
+        return {"best": label, "best_why": f"{label}: {_n(spec.hi)}; plain decoding fails even at "
                                            f"max_replicas = {max_replicas}"}
     if base.hi < spec.hi:
-        return {"best": PLAIN, "best_why": f"plain decoding: {base.hi} replicas, speculation ({label}) needs "
+        return {"best": PLAIN, "best_why": f"plain decoding: {_n(base.hi)}, speculation ({label}) needs "
                                            f"{spec.hi}"}
     if spec.hi < base.hi:
-        return {"best": label, "best_why": f"{label}: {spec.hi} replicas, plain decoding needs {base.hi}"}
+        return {"best": label, "best_why": f"{label}: {_n(spec.hi)}, plain decoding needs {base.hi}"}
     ub, us = _usd(base, hw, tp, rate), _usd(spec, hw, tp, rate)
     rs, rb = spec.rows[spec.hi], base.rows[base.hi]
     lat = rs.get("speedup_latency")
@@ -135,11 +135,15 @@ def _best(base, spec, hw: str, tp: int, rate, max_replicas: int) -> dict:
     if eb and es:
         lat += f" and {'saves' if es < eb else 'costs'} {abs(1 - es / eb):.0%} of the J/token"
     if us < ub:
-        return {"best": label, "best_why": f"{label}: the same {spec.hi} replicas as plain decoding, "
+        return {"best": label, "best_why": f"{label}: the same {_n(spec.hi)} as plain decoding, "
                                            f"${us:.3g} vs ${ub:.3g} per Mtok served{lat}"}
     cost = f"the same ${ub:.3g} per Mtok served" if us == ub else f"${ub:.3g} vs ${us:.3g} per Mtok served"
-    return {"best": PLAIN, "best_why": f"plain decoding: the same {base.hi} replicas as speculation ({label}), "
+    return {"best": PLAIN, "best_why": f"plain decoding: the same {_n(base.hi)} as speculation ({label}), "
                                        f"{cost}{lat}"}
+
+
+def _n(replicas: int) -> str:
+    return f"{replicas} replica{'' if replicas == 1 else 's'}"
 
 
 def _missed(s) -> str | None:
@@ -149,7 +153,7 @@ def _missed(s) -> str | None:
     if s.hi - 1 not in s.rows:
         return "not simulated"
     why = s.why.get(s.hi - 1)
-    return f"{why} at {s.hi - 1} replicas" if why else "passed (non-monotone)"
+    return f"{why} at {_n(s.hi - 1)}" if why else "passed (non-monotone)"
 
 
 def _replay_rate(s, plan) -> float | None:

@@ -111,5 +111,12 @@ def _style(axes, drawn: dict, rates: list) -> None:
         powers = [2 ** k for k in range(0, int(top).bit_length() + 1)]
         _plain_axis(axes[0].yaxis, powers + (drawn[0] if len(set(drawn[0])) <= 8 else []))
         axes[0].set_ylim(2 ** -0.3, 2 ** (int(top).bit_length() + 0.1))
+    if drawn[1] and min(drawn[1]) > 0:  # $/Mtok spans decades across rates: log, labelled 0.5, 1, 2, 5, …
+        import matplotlib.ticker as mt
+
+        axes[1].set_yscale("log")
+        axes[1].yaxis.set_major_locator(mt.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes[1].yaxis.set_major_formatter(mt.FuncFormatter(lambda v, _: f"{v:g}"))
+        axes[1].yaxis.set_minor_formatter(mt.NullFormatter())
     if drawn[0] or drawn[1]:
         axes[1 if drawn[1] else 0].legend(fontsize=7, loc="best")
