@@ -8,15 +8,17 @@ Power of one chip (the form; where each figure comes from follows):
 floor = running_floor_w, w_mbu = power_mbu_weight, w_mfu = power_mfu_weight. A pass that moves nothing draws the
 running floor (a GPU inside a serving loop does not fall back to idle between passes), power rises with the bytes
 and FLOPs a pass keeps in flight and saturates towards TDP at large batch, never reaching it (s / (1 + s) < 1).
-s / (1 + s) rather than 1 − e^(−s): the two fit the measurements alike (experiments/results/power_fit.md), and a
-division rounds the same on every CPU where an exp need not.
+s / (1 + s) rather than 1 − e^(−s): tried on the same rows, their leave-one-model-out errors were within a point or
+two of each other, and a division rounds the same on every CPU where an exp need not.
 - idle_w: a truly idle chip, sourced per chip in its profile (H100: 75 W, the Splitwise simulator's measured
   constant, ../shared/reference/measured-power.md).
 - tdp_w: the datasheet's maximum board power.
 - running_floor_w, power_mbu_weight, power_mfu_weight: fitted by `specsim calibrate-power` to measured serving rows
   (W per GPU at a batch, `specsim.cost.power_fit`); the shipped H100 and B200 profiles carry the fit to the ML.ENERGY
   v3 rows with its source. A profile without them uses `DEFAULT_CURVE`, that fit in fractions of its own tdp_w (an
-  assumption for a chip no row measured; the floor is at least the chip's idle_w).
+  assumption for a chip no row measured; the floor is at least the chip's idle_w). Those rows (batch >= 8) do not
+  identify the floor: on the roofline's utilisation the fit puts it at its bound, idle (on the measured-kernel
+  stack's it lands at 0.44 of TDP; experiments/results/power_fit.md).
 - MBU, MFU: a pass's bytes / (its time · datasheet bandwidth) and FLOPs / (its time · datasheet peak), per chip —
   what any cost basis (the roofline today, a measured-kernel stack) gives for the pass; `engine.metrics.utilisation`.
 
@@ -28,8 +30,8 @@ Energy of a run, for chips = tp × replicas:
     E = Σ_steps [tp · P(u_verify) · t_verify + (draft_tp · P(u_draft) + (tp − draft_tp) · floor) · t_draft]
         + idle_w · (chips · walltime − tp · Σ_steps t_step)
 (steps of every replica concatenated; the time no step covers — an open loop waiting for arrivals — is idle).
-Sums run strictly left to right over element-wise products (`_sum`): order-fixed, so the same on every CPU. Mean power per chip =
-E / (chips · walltime), what `nvidia-smi` averages over the run.
+Sums run strictly left to right over element-wise products (`_sum`): order-fixed, so the same on every CPU.
+Mean power per chip = E / (chips · walltime), what `nvidia-smi` averages over the run.
 What it leaves out: clocks throttling near TDP (the cap does not slow the step); power within a pass is uniform;
 a step's split between draft and verification is priced at the run's mean live context (`draft_shares`):
 within 0.01% of splitting each step at its own context, where not splitting at all moves the joules 3-12%
