@@ -26,6 +26,7 @@ A plan is a TOML file:
     min_requests = 200
     warmup_s = 10                      # requests arriving earlier are left out of the SLO percentiles [0]
     [slo]                              # the objectives every point must meet, on percentiles of simulated latency
+                                       #   (and, whatever they say, its replicas must keep up: plan_keepup)
     ttft_p90_s = 1.0
     tpot_p90_s = 0.05
 
