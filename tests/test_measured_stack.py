@@ -252,3 +252,21 @@ def test_models_never_download(monkeypatch):
     cm = Deployment.resolve("h200", "mixtral-8x7b", stack="vllm", tp=2).cost_models[0]
     parts = cm.parts(8, 1, 512)
     assert parts["moe"] > parts["gemm"] > 0 and parts["allreduce"] > 0
+
+
+def test_token_tree_prices_its_nodes_on_the_measured_stack():
+    """A token tree's verification carries its nodes + 1 positions (the k + 1 rule: KV read once): a wider tree's
+    step costs more than the chain of the same depth, and both still gain over plain decoding at batch 4."""
+    from specsim.config import SimConfig
+    from specsim.simulate import run
+
+    base = {"hardware": "h100-sxm", "target": "llama-3.1-8b", "method": "eagle3", "stack": "vllm", "alpha": 0.7,
+            "batch": 4, "requests": 8, "prompt_len": 64, "output_len": 32, "tree_topk_acceptance": [0.7, 0.85]}
+    chain = run(SimConfig.from_flat({**base, "speculative_token_tree": "[[0], [0, 0], [0, 0, 0]]"}))
+    tree = run(SimConfig.from_flat({**base, "speculative_token_tree": "[[0], [1], [0, 0], [1, 0], [0, 0, 0]]"}))
+    assert tree["tree_nodes"] > chain["tree_nodes"]
+    assert tree["tokens_per_target_run"] > chain["tokens_per_target_run"]
+    # time per step = TPOT x tokens per step: the wider tree's verification carries more nodes
+    step = {n: r["tpot_mean_s"] * r["tokens_per_target_run"] for n, r in (("chain", chain), ("tree", tree))}
+    assert step["tree"] > step["chain"]
+    assert 1.0 < chain["speedup"] and 1.0 < tree["speedup"]
