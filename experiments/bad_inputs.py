@@ -1,9 +1,11 @@
-"""Run ~200 bad inputs and a dozen good ones through the installed `specsim` CLI and classify what each did.
+"""Run ~670 bad inputs and ~45 good ones through the installed `specsim` CLI and classify what each did.
 
 Issue 13's promise: a bad input ends in exit 2 with one line on stderr that says what is wrong — no traceback, no
 silent wrong number, no hang. Every case runs as a new user would run it: the installed console script
 (`.venv/bin/specsim`, else `specsim` on PATH) in a subprocess, in a scratch folder, with a timeout (60 s; the
-process group is killed past it). A loopback `http.server` stands in for a `--scheduler` that is not Dask.
+process group is killed past it). A loopback `http.server` stands in for a `--scheduler` that is not Dask. The
+vLLM bench-JSON and /metrics readers have no `specsim` command: their cases ("@reader ...") run
+experiments/bad_inputs_readers.py, which calls them as experiments/vllm_cpu.py does and reports like the CLI.
 
 Classes: clear (exit 2, one stderr line, no traceback), recovered (exit 0 with one JSON object where that is
 allowed: an "either" case, or a "recover" case — a damaged sweep folder — that said on stderr what it recomputed),
@@ -119,6 +121,14 @@ def shown(err: str, out: str, cls: str) -> str:
     return text.replace("|", "\\|")[:220]
 
 
+def _newer_line(bad: list[dict]) -> str:
+    """The issue 21 kinds (bad_inputs_newer.py, bad_inputs_measured.py) counted on their own."""
+    rows = [r for r in bad if KIND_PART[r["kind"]].startswith("21")]
+    c = Counter(r["class"] for r in rows)
+    return (f"Of these, {len(rows)} are the kinds added for issue 21 (parts 21.x): "
+            + ", ".join(f"{c.get(k, 0)} {k}" for k in BAD_CLASSES) + ".")
+
+
 def report(rows: list[dict], wall_s: float, exe: str) -> str:
     bad = [r for r in rows if r["expect"] != "good"]
     good = [r for r in rows if r["expect"] == "good"]
@@ -132,6 +142,7 @@ def report(rows: list[dict], wall_s: float, exe: str) -> str:
         "| bad inputs | " + " | ".join(BAD_CLASSES) + " |", "|---" * (len(BAD_CLASSES) + 1) + "|",
         f"| {len(bad)} | " + " | ".join(str(cb.get(c, 0)) for c in BAD_CLASSES) + " |", "",
         f"Good inputs: {cg.get('ok', 0)} ok, {cg.get('failed', 0)} failed (of {len(good)}).", "",
+        _newer_line(bad), "",
         "Cases not yet as promised, by the issue part that owns them (A-C: issue 13; 15, 16; 21.x: issue 21): "
         + (", ".join(f"part {k}: {v}" for k, v in sorted(by_part.items())) or "none") + ".", "",
         "| # | kind | part | case | expect | class | exit | s | stderr (first line; last for tracebacks) |",
@@ -169,7 +180,7 @@ def main(argv=None) -> int:
     text = report(rows, time.monotonic() - t0, exe)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text, encoding="utf-8")
-    print("\n".join(text.splitlines()[4:11]))
+    print("\n".join(text.splitlines()[4:13]))
     for r in rows:
         if r["class"] not in ("clear", "recovered", "ok"):
             print(f"  {r['class']:9s} [{r['kind']}/{KIND_PART[r['kind']]}] {r['name']}: {r['shown'][:150]}")

@@ -222,7 +222,7 @@ def _cases_tp_cli() -> list[tuple]:
     bad = {"--alpha": ("nan", "inf", "1.0", "-0.1", "abc"), "--gamma": ("0", "65", "-1"), "--requests": ("0",),
            "--batch": ("0", "5000"), "--prompt-len": ("0",), "--output-len": ("0",), "--seed": ("-1",),
            "--lenience": ("0", "1.5", "nan"), "--policy": ("bogus",), "--engine": ("bogus",),
-           "--length-dist": ("zipf",), "--replicas": ("0",), "--slo-ttft": ("0", "nan"), "--fixed-c": ("nan", "-1")}
+           "--length-dist": ("zipf",), "--replicas": ("0",), "--slo-ttft-s": ("0", "nan"), "--fixed-c": ("nan", "-1")}
     for opt, vals in bad.items():
         base = SIM if opt == "--alpha" else SIM_A
         c += [("cli", f"{opt} {v}", f"{base} {opt} {v}", "error") for v in vals]

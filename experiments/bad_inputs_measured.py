@@ -182,9 +182,13 @@ def measured_files(d: Path, exe: str) -> None:
     (d / "ctx_plan.toml").write_text(PLAN.replace("output_len = 16", "output_len = 16\nprompt_len = 200000"))
     (d / "paste_plan.toml").write_text(PLAN.replace('draft = "llama-3.2-1b"', "speculative_config = "
                                                     "'{\"model\": \"meta-llama/Llama-3.2-1B-Instruct\"}'"))
+    (d / "paste_plan_bad.toml").write_text(PLAN.replace('draft = "llama-3.2-1b"', "speculative_config = "
+                                                        "'{\"model\": \"someone/unknown-model-7B\"}'"))
     sweep = ('name = "n"\n[fixed]\nhardware = "a100-80gb"\ntarget = "llama-3.1-8b"\nalpha = 0.7\nrequests = 2\n'
              'output_len = 8\n')
     (d / "ctx_sweep.toml").write_text(sweep + 'draft = "llama-3.2-1b"\nprompt_len = 200000\n[grid]\ngamma = [1, 2]\n')
+    (d / "paste_sweep_bad.toml").write_text(sweep + "speculative_config = '{\"model\": \"someone/unknown-model-"
+                                            "7B\", \"num_speculative_tokens\": 3}'\n[grid]\nseed = [0, 1]\n")
     (d / "paste_sweep.toml").write_text(sweep + "speculative_config = '{\"model\": \"meta-llama/Llama-3.2-1B-"
                                         "Instruct\", \"num_speculative_tokens\": 3}'\n[grid]\nseed = [0, 1]\n")
     for name, line in SWEEP_FIXED.items():

@@ -281,6 +281,13 @@ def _context_pasted() -> list[tuple]:
          ("context", "plan with prompt_len 200000", "plan {d}/ctx_plan.toml --out {d}/work/ctx_plan --workers 1 "
           "--json", "error"),
          ("context", "vllm-v1 prompt 200k", f"{SIM_D} --engine-profile vllm-v1 --prompt-len 200000", "error"),
+         ("context", "lognormal lengths whose tail passes a 2k context (clip or refuse)", "simulate --hardware "
+          "a100-80gb --target llama-7b --draft llama-68m --alpha 0.7 --requests 50 --prompt-len 1000 --output-len 100 "
+          "--length-dist lognormal --json", "either"),
+         ("good", "TPU v4 slice: roofline chinchilla-70b --tp 16", "roofline --hardware tpu-v4 --model chinchilla-70b "
+          "--tp 16 --json", "good"),
+         ("good", "TPU v4 slice: simulate chinchilla-70b --tp 16", "simulate --hardware tpu-v4 --target chinchilla-70b "
+          "--draft chinchilla-4b-draft --tp 16 --alpha 0.7 --requests 2 --output-len 8 --json", "good"),
          ("good", "Llama 7B prompt 1000 + output 100", "simulate --hardware a100-80gb --target llama-7b --draft "
           "llama-68m --alpha 0.7 --requests 2 --prompt-len 1000 --output-len 100 --json", "good")]
     pasted_bad = ['{"model": "someone/unknown-model-7B", "num_speculative_tokens": 3}',
@@ -296,6 +303,16 @@ def _context_pasted() -> list[tuple]:
                   '{"model": "https://huggingface.co/meta-llama/Llama-3.2-1B-Instruct"}',
                   '{"model": "../../etc/passwd", "num_speculative_tokens": 3}']
     c += [("pasted", f"pasted {label(t, 120)}", f"{SIM} --speculative-config {q(t)}", "error") for t in pasted_bad]
+    c += [("pasted", "sweep with an unknown repo id", "sweep {d}/paste_sweep_bad.toml --out {d}/work/paste_sweep_bad "
+           "--workers 1 --no-plots --json", "error"),
+          ("pasted", "plan with an unknown repo id", "plan {d}/paste_plan_bad.toml --out {d}/work/paste_plan_bad "
+           "--workers 1 --json", "error"),
+          ("pasted", "choose-draft with an unknown repo id", f"{CD} --speculative-config "
+           + q('{"model": "someone/unknown-model-7B", "alpha": 0.7}'), "error"),
+          ("pasted", "--draft given as a repo id (map or refuse)", f"{SIM} --draft {L1B}", "either"),
+          ("pasted", "--target given as a repo id (map or refuse)", SIM.replace("llama-3.1-8b",
+                                                                                "meta-llama/Llama-3.1-8B-Instruct")
+           + " --draft llama-3.2-1b", "either")]
     good = f'{{"model": "{L1B}", "num_speculative_tokens": 3}}'
     c += [("good", "pasted HF repo id: simulate", f"{SIM} --speculative-config {q(good)}", "good"),
           ("good", "pasted EAGLE-3 repo id: simulate", f"{SIM} --speculative-config "
