@@ -246,6 +246,9 @@ def _engine_args() -> list[tuple]:
     c = [("engine-arg", f"vllm-v1 {a}", f"{v1} {a}", "error") for a in bad]
     c += [("engine-arg", "--slo-tpot 50 (no unit)", f"{SIM_D} --slo-tpot 50", "error"),
           ("engine-arg", "--slo-ttft 3600 (no unit)", f"{SIM_D} --slo-ttft 3600", "error"),
+          ("engine-arg", "--gamma 3.0 (an integer flag, a fraction's spelling)", f"{SIM_D} --gamma 3.0", "error"),
+          ("engine-arg", "--tp 1.0", f"{SIM_D} --tp 1.0", "error"),
+          ("engine-arg", "--max-num-seqs 8.0", f"{v1} --max-num-seqs 8.0", "error"),
           ("engine-arg", "--slo-tpot-s -1", f"{SIM_D} --slo-tpot-s -1", "error"),
           ("engine-arg", "--slo-tpot-s nan", f"{SIM_D} --slo-tpot-s nan", "error"),
           ("engine-arg", "--slo-ttft-s 0", f"{SIM_D} --slo-ttft-s 0", "error"),
