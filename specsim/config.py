@@ -6,18 +6,22 @@ model. Sweep specs, the sweep's results table and the `simulate` command speak *
 used by `SimConfig.from_flat` / `SimConfig.flat`. `SimConfig(**flat)` goes through `from_flat` too (a
 `mode="before"` validator), so every caller builds a config the same way. `CLI_ALIASES` is the one table of
 `simulate` flags whose names differ from their field; `flag(field)` gives any field's flag, and the cross-field
-rules below (`RuleViolation`) name their fields so each surface renders them in its own words (`--arrivals` on
-the command line, `arrivals_csv` in a sweep spec).
+rules (`specsim.config_rules`: `RuleViolation`, and vLLM's own rules for the engine arguments, each citing its
+source in vLLM) name their fields so each surface renders them in its own words (`--arrivals` on the command line,
+`arrivals_csv` in a sweep spec).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from specsim.config_rules import (VLLM_BLOCK_SIZES, RuleViolation, check_bands, engine_rules,  # noqa: F401
+                                   method_rules, one_of, vllm_budget_rule)  # RuleViolation, vllm_budget_rule: API
 from specsim.engine.acceptance import GAMMA_CAP  # the one γ cap (numpy only; nothing there imports config)
+from specsim.errors import FieldError
 
 Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
@@ -134,7 +138,8 @@ class SloConfig(_Group):
 
 class EngineConfig(_Group):
     """Which kernel runs the loop, and the engine profile: how a serving engine schedules a step
-    (specsim.engine.engine_profiles); the vllm-v1 options carry vLLM's own flag names."""
+    (specsim.engine.engine_profiles); the vllm-v1 options carry vLLM's own flag names and vLLM's own rules
+    (`VLLM_BLOCK_SIZES`, `vllm_budget_rule`)."""
 
     engine: Engine = Field(default="auto", description="'auto' (default) = the fast path where it "
                            "is exact (closed loop, batch 1, one replica: the same accepted counts as SimPy, times "
@@ -150,8 +155,10 @@ class EngineConfig(_Group):
                                      "step (default 256)")
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 22, description="vllm-v1: token budget "
                                                "per step (default: vLLM's rule for the device, 2048 / 8192 / 16384)")
-    block_size: int | None = Field(default=None, ge=1, le=4096, description="vllm-v1: KV block size in tokens "
-                                   "(default 16; vLLM's CPU backend uses 128)")
+    block_size: int | None = Field(default=None, ge=1, json_schema_extra={"one_of": VLLM_BLOCK_SIZES},
+                                   description="vllm-v1: KV block size in tokens, one of vLLM's "
+                                   f"{', '.join(map(str, VLLM_BLOCK_SIZES))} (default 16; vLLM's CPU backend uses "
+                                   "128)")
     num_gpu_blocks: int | None = Field(default=None, ge=1, le=1 << 40, description="vllm-v1: KV blocks in the pool, "
                                        "as the engine reports them (default: from device memory)")
     long_prefill_token_threshold: int = Field(default=0, ge=0, le=1 << 22, description="vllm-v1: cap on one "
@@ -161,6 +168,14 @@ class EngineConfig(_Group):
                                           "instead of the roofline")
     step_table_draft: str | None = Field(default=None, description="vllm-v1: the draft's step table, as "
                                          "step_table_target")
+
+    @field_validator("block_size")
+    @classmethod
+    def _vllm_block_size(cls, v: int | None) -> int | None:
+        if v is not None and v not in VLLM_BLOCK_SIZES:
+            raise FieldError("not a block size vLLM accepts (vllm/config/cache.py BlockSize)", field="block_size",
+                             value=v, allowed=one_of(VLLM_BLOCK_SIZES))
+        return v
 
 
 GROUPS: dict[str, type[_Group]] = {"deployment": DeploymentConfig, "acceptance": AcceptanceConfig,
@@ -188,8 +203,9 @@ assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a 
 FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
 
 # `simulate` flags whose names differ from their field (every other field's flag is --field-name)
-CLI_ALIASES: dict[str, str] = {"arrivals_csv": "--arrivals", "slo_ttft_s": "--slo-ttft", "slo_tpot_s": "--slo-tpot",
-                               "slo_warmup_s": "--slo-warmup"}
+# (the SLO fields keep their unit in the flag: --slo-ttft-s, --slo-tpot-s, --slo-warmup-s; the unitless flags they
+# once had are refused by `simulate`, naming these)
+CLI_ALIASES: dict[str, str] = {"arrivals_csv": "--arrivals"}
 
 
 def flag(field: str) -> str:
@@ -202,18 +218,6 @@ def field_of_loc(loc: tuple) -> str | None:
     if len(loc) >= 2 and loc[0] in GROUPS:
         return str(loc[1])
     return str(loc[0]) if loc else None
-
-
-class RuleViolation(ValueError):
-    """A cross-field rule broken; `fields` are the flat fields it names, `{0}`, `{1}`... in `template`, so each
-    surface names them its own way (pydantic keeps the instance in ctx['error'])."""
-
-    def __init__(self, template: str, *fields: str):
-        self.template, self.fields = template, fields
-        super().__init__(template.format(*fields))
-
-    def render(self, name=flag) -> str:
-        return self.template.format(*map(name, self.fields))
 
 
 class SimConfig(BaseModel):
@@ -295,7 +299,7 @@ class SimConfig(BaseModel):
                     raise RuleViolation("{0} needs the roofline draft; drop {1}", "draft_kv_budget_tokens", other)
             if e.engine_profile != "specsim":
                 raise RuleViolation("{0} belongs to {1} specsim", "draft_kv_budget_tokens", "engine_profile")
-        _method_rules(self)
+        method_rules(self)
         if self.speculation.speculative_token_tree is not None or self.speculation.tree_topk_acceptance is not None:
             from specsim.methods.tree_config import tree_rules
 
@@ -304,14 +308,8 @@ class SimConfig(BaseModel):
         if bands is not None:
             if self.speculation.policy != "bands":
                 raise RuleViolation("{0} belongs to {1} 'bands'", "num_speculative_tokens_per_batch_size", "policy")
-            _check_bands(bands)
-        vllm_only = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "step_table_target",
-                     "step_table_draft")
-        if e.engine_profile != "vllm-v1":
-            given = [k for k in vllm_only if getattr(e, k) is not None] + \
-                (["long_prefill_token_threshold"] if e.long_prefill_token_threshold else [])
-            if given:
-                raise RuleViolation("{0} belongs to {1} vllm-v1", given[0], "engine_profile")
+            check_bands(bands)
+        engine_rules(self)
         return self
 
 
@@ -353,37 +351,3 @@ def _default_head(data: Any) -> Any:
         dep = dict(dep, draft=method if method in ("ngram", "suffix") else f"{method}-{stem}")
         data = dict(data, deployment=dep)
     return data
-
-
-def _method_rules(cfg: "SimConfig") -> None:
-    """A draft model is needed for draft_model; the draft-model-only options stay with it."""
-    d, s = cfg.deployment, cfg.speculation
-    if d.draft is None:
-        raise RuleViolation("give {0} (the draft model), or a {1} that needs none", "draft", "method")
-    if s.method == "draft_model":
-        return
-    for other in ("fixed_c", "measured_draft", "draft_kv_budget_tokens"):
-        if getattr(d, other) is not None:
-            raise RuleViolation(f"{{0}} belongs to {{1}} draft_model (got {s.method})", other, "method")
-    if d.draft_catchup:
-        raise RuleViolation(f"{{0}} belongs to {{1}} draft_model (got {s.method})", "draft_catchup", "method")
-    if cfg.engine.engine_profile != "specsim":
-        raise RuleViolation(f"{{0}} {s.method} runs under {{1}} specsim", "method", "engine_profile")
-
-
-def _check_bands(bands) -> None:
-    """vLLM-style γ bands: each [start, end, γ] with 1 <= start <= end and 1 <= γ <= GAMMA_CAP, ascending and
-    disjoint."""
-    field = "num_speculative_tokens_per_batch_size"
-    if not bands:
-        raise RuleViolation("{0} is empty; give at least one [start, end, γ]", field)
-    prev_end = 0
-    for start, end, gamma in bands:
-        band = f"band [{start}, {end}, {gamma}]"
-        if not 1 <= start <= end:
-            raise RuleViolation(f"{{0}}: {band}: need 1 <= start <= end", field)
-        if not 1 <= gamma <= GAMMA_CAP:
-            raise RuleViolation(f"{{0}}: {band}: γ must be in 1..{GAMMA_CAP}", field)
-        if start <= prev_end:
-            raise RuleViolation(f"{{0}}: {band} overlaps or precedes the band before it", field)
-        prev_end = end

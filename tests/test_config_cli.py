@@ -25,9 +25,13 @@ def _simulate_options() -> set[str]:
 
 
 def test_simulate_options_are_the_fields_flags():
-    assert _simulate_options() == {flag(f) for f in FLAT} | {"--json"}
+    from specsim.cli.sim import RENAMED
+
+    assert _simulate_options() == {flag(f) for f in FLAT} | {"--json"} | set(RENAMED)  # the renamed: refused
     assert all(f in FLAT for f in CLI_ALIASES) and flag("arrivals_csv") == "--arrivals"
-    assert flag("slo_ttft_s") == "--slo-ttft" and flag("max_num_seqs") == "--max-num-seqs"  # vLLM's own name
+    assert flag("max_num_seqs") == "--max-num-seqs"  # vLLM's own name
+    assert (flag("slo_ttft_s"), flag("slo_tpot_s"), flag("slo_warmup_s")) == \
+        ("--slo-ttft-s", "--slo-tpot-s", "--slo-warmup-s")  # the unit in the flag's name, as in the field's
 
 
 def test_flat_mapping_round_trips_in_the_sweep_column_order():
@@ -74,7 +78,8 @@ def test_engine_messages_name_real_flags():
     """The flags written into the engine's and the cost path's messages exist (scanned from the source)."""
     files = [*REPO.glob("specsim/engine/**/*.py"), REPO / "specsim/simulate.py", REPO / "specsim/config.py",
              REPO / "specsim/profiles/deployment.py"]
-    found = {f for p in files for f in FLAG.findall(p.read_text())} - {"--field-name"}  # a docstring's pattern
+    found = {f for p in files for f in FLAG.findall(p.read_text())} - {"--field-name",  # a docstring's pattern
+                                                                      "--routing-logic"}  # vLLM router's, cited
     assert found and found <= _simulate_options(), found - _simulate_options()
 
 
@@ -82,5 +87,5 @@ def test_cli_rule_errors_say_the_real_flag(capsys):
     argv = ["simulate", *sum((["--" + k, v] for k, v in PAIR.items()), []), "--alpha", "0.5"]
     assert main(argv + ["--rate", "2", "--arrivals", "x.csv"]) == 2
     assert "give at most one of --rate and --arrivals" in capsys.readouterr().err
-    assert main(argv + ["--slo-ttft", "0"]) == 2
-    assert "field '--slo-ttft'" in capsys.readouterr().err
+    assert main(argv + ["--slo-ttft-s", "0"]) == 2
+    assert "field '--slo-ttft-s'" in capsys.readouterr().err

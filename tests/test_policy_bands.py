@@ -134,7 +134,7 @@ def test_simulate_policy_bands_end_to_end_through_the_cli(capsys):
     ("[[1,4,65]]", "1..64"),
     ("[]", "empty"),
     ("[[1,4]]", "--num-speculative-tokens-per-batch-size"),
-    ("[[1,4,5]", "not JSON"),
+    ("[[1,4,5]", "not valid JSON"),
 ])
 def test_bad_bands_are_one_line_errors(capsys, bands, needle):
     code, out, err = cli_capsys(capsys, "simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft",

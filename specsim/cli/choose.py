@@ -94,9 +94,8 @@ def _method_candidate(text: str, target: str, hardware: str):
     if ("alpha" in spec) == ("trace" in spec):
         raise ConfigError('give the candidate\'s acceptance: exactly one of "alpha" and "trace"', field=FLAG,
                           value=text, allowed='e.g. {"method": "eagle3", "alpha": 0.8}')
+    _strict(spec)
     acc = spec.get("alpha", spec.get("trace"))
-    if isinstance(acc, bool) or not isinstance(acc, (int, float, str)):
-        raise ConfigError("must be a number (alpha) or a file path (trace)", field=FLAG, value=acc)
     model = spec.get("draft") or shipped_head_name(spec["method"], target)
     d = parse_draft(f"{model}:{acc}")
     if d.method != spec["method"]:
@@ -116,6 +115,17 @@ def _method_candidate(text: str, target: str, hardware: str):
                   tree_topk_acceptance=d.tree_topk, alpha=d.alpha if d.trace is None else None, trace=d.trace)
         make_config(**kw)  # the tree's rules, checked now: one line naming the field
     return d
+
+
+def _strict(spec: dict) -> None:
+    """The candidate's own values typed as the same fields anywhere else (`sweep.values.check_value`):
+    {"alpha": "0.8"} or {"alpha": true} is refused, not read as a number; a trace is a path string."""
+    from specsim.methods.spec_config import FLAG
+    from specsim.sweep.values import check_value  # lazily: the sweep package brings pandas
+
+    for key in ("alpha", "trace", "tree_topk_acceptance"):
+        if key in spec:
+            check_value(key, spec[key], file=None, where=f"{FLAG}.{key}")
 
 
 def _print_human(res: dict) -> None:

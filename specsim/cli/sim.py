@@ -11,7 +11,6 @@ method / draft / gamma / draft_tp).
 from __future__ import annotations
 
 import inspect
-import json
 import types
 import typing
 
@@ -21,6 +20,7 @@ from rich.markup import escape
 from specsim.cli.output import emit_json, table
 from specsim.config import FLAT_FIELDS, flag
 from specsim.errors import ConfigError
+from specsim.inputs.files import loads_json
 
 _SCALARS = (bool, int, float, str)
 
@@ -47,20 +47,44 @@ def _parameters() -> list[inspect.Parameter]:
             ann = (kind or str) if info.is_required() else (kind or str) | None
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
     json_opt = typer.Option(False, "--json", help="print one JSON object")
-    return params + [inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, default=json_opt,
-                                       annotation=bool)]
+    return params + _renamed_parameters() + [inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY,
+                                                               default=json_opt, annotation=bool)]
 
 
 def _value(name: str, v):
-    """An option's value as SimConfig takes it: an unset flag is left out (None), JSON text is parsed."""
+    """An option's value as SimConfig takes it: an unset flag is left out (None), JSON text is parsed (depth-bounded)
+    and typed as strictly as the same value in a sweep spec (`sweep.values.check_value`: `[0.7, "0.85"]`, `[0.7,
+    true]` and `[[1, 8, "4"]]` are refused, not read as numbers)."""
     if v is False and _kind(FLAT_FIELDS[name]) is bool:
         return None
     if v is not None and _kind(FLAT_FIELDS[name]) is None:
-        try:
-            return json.loads(v)
-        except ValueError:
-            raise ConfigError("not JSON", field=flag(name), value=v, allowed="e.g. [[1, 8, 4], [9, 64, 2]]") from None
+        from specsim.sweep.values import check_value  # lazily: the sweep package brings pandas
+
+        value = loads_json(v, field=flag(name), allowed=_JSON_EXAMPLES.get(name, "a JSON value"))
+        check_value(name, value, file=None, where=flag(name))
+        return value
     return v
+
+
+_JSON_EXAMPLES = {"tree_topk_acceptance": "e.g. [0.7, 0.85, 0.9]",
+                  "num_speculative_tokens_per_batch_size": "e.g. [[1, 8, 4], [9, 64, 2]]"}
+
+# SLO flags before they carried their unit (issue 21: `--slo-tpot 50` was 50 seconds); refused, naming the new flag
+RENAMED = {"--slo-ttft": "slo_ttft_s", "--slo-tpot": "slo_tpot_s", "--slo-warmup": "slo_warmup_s"}
+
+
+def _renamed_parameters() -> list[inspect.Parameter]:
+    return [inspect.Parameter(f"renamed_{old.lstrip('-').replace('-', '_')}", inspect.Parameter.KEYWORD_ONLY,
+                              default=typer.Option(None, old, hidden=True), annotation=str | None)
+            for old in RENAMED]
+
+
+def _refuse_renamed(opts: dict) -> None:
+    for old, field in RENAMED.items():
+        v = opts.pop(f"renamed_{old.lstrip('-').replace('-', '_')}")
+        if v is not None:
+            raise ConfigError(f"renamed to {flag(field)}: the value is in seconds", field=old, value=v,
+                              allowed=f"{flag(field)} SECONDS (e.g. {flag(field)} 0.05 for 50 ms)")
 
 
 def simulate_cmd(**opts) -> None:
@@ -68,6 +92,7 @@ def simulate_cmd(**opts) -> None:
     from specsim.simulate import make_config, run
 
     json_out = opts.pop("json_out")
+    _refuse_renamed(opts)
     if opts["batch"] is not None and (opts["rate"] is not None or opts["arrivals_csv"] is not None):
         raise ConfigError("give either a closed-loop batch or open-loop arrivals", field="--batch",
                           value=opts["batch"], allowed=f"--batch alone, or --rate / {flag('arrivals_csv')} with "

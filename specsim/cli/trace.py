@@ -83,11 +83,11 @@ def _synth_ranked(kind, alpha, topk_text, sequences, length, seed, out, json_out
         raise ConfigError(f"option does not apply to --kind {kind}", field="--topk-acceptance", allowed="--kind ranked")
     if topk_text is None:
         raise ConfigError("missing option", field="--topk-acceptance", allowed="[P(rank < 1), P(rank < 2), ...]")
-    try:
-        v = json.loads(topk_text)
-    except ValueError:
-        raise ConfigError("not JSON", field="--topk-acceptance", value=topk_text, allowed="e.g. [0.7, 0.8, 0.85]") \
-            from None
+    from specsim.inputs.files import loads_json
+    from specsim.sweep.values import check_value
+
+    v = loads_json(topk_text, field="--topk-acceptance", allowed="e.g. [0.7, 0.8, 0.85]")
+    check_value("tree_topk_acceptance", v, file=None, where="--topk-acceptance")  # typed as the simulate flag
     if alpha is not None and isinstance(v, list) and v and v[0] != alpha:
         raise ConfigError("--alpha is P(rank < 1), the first entry", field="--alpha", value=alpha,
                           allowed=f"{v[0]} or leave it out")

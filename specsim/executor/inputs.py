@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from specsim.errors import ConfigError
+from specsim.inputs.files import check_nesting
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -25,7 +26,9 @@ NGRAM_DRAFTS = ("bigram", "prompt-lookup")
 
 def _json_object(path: Path, what: str) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        check_nesting(text, file=path)  # 20,000 nested [ are one line, not a RecursionError
+        data = json.loads(text)
     except UnicodeDecodeError:
         raise ConfigError(f"{what} is not UTF-8 text", file=path) from None
     except json.JSONDecodeError as e:

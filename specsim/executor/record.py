@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from specsim.errors import ConfigError
-from specsim.inputs.files import input_file
+from specsim.inputs.files import check_nesting, input_file
 from specsim.executor.sampling import PLAIN, SamplingConfig, adjust, overlap
 from specsim.executor.sources import Source
 from specsim.executor.speculative import PlainDecoder, fit_vocab
@@ -167,11 +167,13 @@ def read_prompt_items(path: str | Path) -> list:
         items = []
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
+                check_nesting(line, file=path, field=f"line {n}")  # bounded depth, before json recurses
                 try:
                     items.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"line {n} is not valid JSON ({e.msg})", file=path) from None
     elif path.suffix == ".json":
+        check_nesting(text, file=path)
         try:
             items = json.loads(text)
         except json.JSONDecodeError as e:

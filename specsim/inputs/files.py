@@ -3,14 +3,22 @@
 Why a module of its own: every command that reads a table or writes a result needs the same few answers (does it
 exist, is it a directory, can it be written), and a command that records for minutes must ask them before it
 starts, not when it writes (issue 13: `record` used to check `--out` only after 45 s of recording).
+
+JSON and TOML from a user (a flag's value, a spec, a bench result, a profile) are parsed here too, by `loads_json` /
+`read_json` / `loads_toml` / `read_toml`, with a bounded nesting depth: Python's parsers recurse, so 20,000 nested
+`[` used to end in a RecursionError traceback (issue 21). The depth is counted before parsing, outside strings and
+comments, and anything deeper than `MAX_NESTING` is one line; no input specsim reads nests deeper than 5.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from specsim.errors import ConfigError
 
@@ -91,3 +99,108 @@ def output_dir(path: str | Path, what: str = "output folder", field: str | None 
     if reason is not None:
         raise ConfigError(f"cannot write in the {what} ({target}): {reason}", file=p, field=field)
     return p
+
+
+# --- JSON and TOML with a bounded depth ---------------------------------------------------------------------------
+
+MAX_NESTING = 64  # lists/objects inside each other; far beyond any real input, far below Python's recursion limit
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string (skipped whole) or a bracket
+_TOML_TOKENS = re.compile(r'#[^\n]*|"""(?:[^\\]|\\[\s\S])*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+                          r"|'[^'\n]*'|[\[\]{}]")
+
+
+def nesting_depth(text: str, toml: bool = False) -> int:
+    """The deepest nesting of [ and { in `text`, strings (and TOML comments) skipped; an unbalanced closer counts
+    as nothing (the parser refuses it)."""
+    depth = deepest = 0
+    for m in (_TOML_TOKENS if toml else _JSON_TOKENS).finditer(text):
+        c = m.group()
+        if c == "[" or c == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == "]" or c == "}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def check_nesting(text: str, *, file=None, field: str | None = None, toml: bool = False) -> None:
+    """One line if `text` nests deeper than MAX_NESTING (before any recursive parser sees it)."""
+    if nesting_depth(text, toml) > MAX_NESTING:
+        what = "malformed TOML" if toml else "not valid JSON"
+        raise ConfigError(f"{what}: nested too deeply", file=file, field=field,
+                          value=text[:40] if file is None else None, allowed=f"at most {MAX_NESTING} levels of [ and {{")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def loads_json(text: str, *, file=None, field: str | None = None, allowed: str | None = None) -> Any:
+    """JSON text a user gave (a flag's value when `file` is None, else a file's contents) as Python values; a
+    malformed, duplicate-keyed or too deeply nested text is one ConfigError naming the file or flag."""
+    check_nesting(text, file=file, field=field)
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise ConfigError("a key is given twice", file=file, field=field, value=e.key,
+                          allowed="each key once") from None
+    except json.JSONDecodeError as e:
+        where = f" at line {e.lineno} column {e.colno}" if file is not None else f" at character {e.pos}"
+        raise ConfigError(f"not valid JSON ({e.msg}{where})", file=file, field=field,
+                          value=text if file is None else None, allowed=allowed) from None
+    except RecursionError:  # not reached below MAX_NESTING; kept so no parser's limit can ever surface
+        raise ConfigError("not valid JSON: nested too deeply", file=file, field=field,
+                          allowed=f"at most {MAX_NESTING} levels") from None
+
+
+def read_text(path: str | Path, what: str = "file", field: str | None = None) -> str:
+    """A user's text file: checked (`input_file`) and decoded as UTF-8, else one line."""
+    p = input_file(path, what, field)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read the {what} ({e.strerror or type(e).__name__})", file=p, field=field) \
+            from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", file=p,
+                          field=field) from None
+
+
+def read_json(path: str | Path, what: str = "JSON file", field: str | None = None) -> Any:
+    """A user's JSON file, parsed by `loads_json`."""
+    return loads_json(read_text(path, what, field), file=Path(path), field=field)
+
+
+def loads_toml(text: str, *, file=None) -> dict:
+    """TOML text as a dict; malformed or too deeply nested text is one ConfigError naming the file."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    check_nesting(text, file=file, toml=True)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"malformed TOML: {e}", file=file) from None
+    except RecursionError:
+        raise ConfigError("malformed TOML: nested too deeply", file=file,
+                          allowed=f"at most {MAX_NESTING} levels") from None
+
+
+def read_toml(path: str | Path, what: str = "TOML file") -> dict:
+    """A user's TOML file, parsed by `loads_toml`."""
+    return loads_toml(read_text(path, what), file=Path(path))

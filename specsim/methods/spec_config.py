@@ -60,6 +60,9 @@ class Parsed:
 
 def read_json(text: str, flag: str = FLAG) -> dict:
     """The JSON object; anything else is one line."""
+    from specsim.inputs.files import check_nesting
+
+    check_nesting(text, field=flag)  # the one depth bound for JSON from a user
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):

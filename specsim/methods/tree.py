@@ -208,6 +208,9 @@ def parse_tree(value, p_rank: np.ndarray | None, field: str = FIELD) -> Tree:
 
 
 def _literal(text: str, field: str):
+    from specsim.inputs.files import check_nesting
+
+    check_nesting(text, field=field)  # 20,000 nested [ are one line, not a RecursionError
     try:
         return json.loads(text)
     except ValueError:

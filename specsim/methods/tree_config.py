@@ -88,8 +88,8 @@ def tree_rules(cfg) -> None:
     except ConfigError as e:
         what = e.message + (f" (got {e.value})" if e.value is not None else "") + \
             (f"; allowed: {e.allowed}" if e.allowed else "")
-        raise RuleViolation(f"{{0}}: {what}", "tree_topk_acceptance" if e.field == "tree_topk_acceptance"
-                            else "speculative_token_tree") from None
+        raise RuleViolation("{0}: {what}", "tree_topk_acceptance" if e.field == "tree_topk_acceptance"
+                            else "speculative_token_tree", what=what) from None  # user text: never a template
     tree = setup.tree
     if s.gamma != tree.depth:
         raise RuleViolation(f"{{0}} is the tree's depth, {tree.depth} (got {s.gamma}); drop {{0}}", "gamma",

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from specsim.errors import ConfigError
+from specsim.inputs.files import check_nesting
 
 # keys that hold an expert count (Mixtral / GPT-OSS / Llama 4, Qwen-MoE / OLMoE / Jamba, DeepSeek, DBRX's ffn_config)
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
@@ -31,7 +32,9 @@ def _read(path: Path) -> tuple[Path, dict]:
     if path.is_dir():
         path = path / "config.json"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        check_nesting(text, file=path)  # 20,000 nested [ are one line, not a RecursionError
+        cfg = json.loads(text)
     except FileNotFoundError:
         raise ConfigError("file not found", file=path) from None
     except IsADirectoryError:

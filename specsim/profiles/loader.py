@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from specsim.errors import ConfigError, field_ranges, translate_validation_error
+from specsim.inputs.files import loads_toml
 from specsim.profiles.schema import HardwareProfile, IDEAL_STACK, ModelProfile, StackProfile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,8 @@ def load_toml(path: str | Path) -> dict:
     path = Path(path)
     try:
         with path.open("rb") as f:
-            return tomllib.load(f)
+            raw = f.read()
+        return loads_toml(raw.decode("utf-8"), file=path)  # depth-bounded; a malformed file: its own line
     except FileNotFoundError:
         why = "file not found"
     except IsADirectoryError:

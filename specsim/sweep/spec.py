@@ -35,13 +35,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 from specsim.config import FLAT_FIELDS, SimConfig
 from specsim.errors import ConfigError
+from specsim.inputs.files import loads_toml
 from specsim.sweep.checks import PATH_FIELDS, check_files_and_profiles, check_points, digests_of, grid_key
 from specsim.sweep.grid import Grid, canonical_json, ids_of, point_id, points_of, source_label  # noqa: F401
 from specsim.sweep.values import check_string, check_value, is_sequence, shown
@@ -137,12 +133,7 @@ def read_spec_file(path: Path) -> dict:
     except UnicodeDecodeError as e:
         raise ConfigError(f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})", file=path,
                           allowed="a UTF-8 TOML file") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"malformed TOML: {e}", file=path) from None
-    except RecursionError:
-        raise ConfigError("malformed TOML: nested too deeply", file=path) from None
+    return loads_toml(text, file=path)  # depth-bounded: 20,000 nested [ are one line
 
 
 def parse_spec(data: dict, path: Path, *, check_point_fn: bool = True) -> SweepSpec:

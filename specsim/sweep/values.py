@@ -24,7 +24,7 @@ MAX_STRING = 4096  # longer than any path or profile name
 @dataclass(frozen=True)
 class Rule:
     kind: str  # bool | int | float | str | choice | any (not checked here: left to SimConfig)
-    choices: tuple = ()
+    choices: tuple = ()  # choice: the values; seq: the shape; int: the only values allowed (vLLM's block sizes)
     lo: float | None = None
     lo_open: bool = False
     hi: float | None = None
@@ -38,9 +38,11 @@ class Rule:
         if self.kind == "str":
             return f"a string of at most {MAX_STRING} characters, no NUL"
         if self.kind == "seq":
-            return "a list " + ("of numbers" if self.choices[0] == (float, ...) else "like the field's help says")
+            return _describe(self.choices[0])
         if self.kind not in ("int", "float"):
             return None
+        if self.choices:  # an integer from a fixed set (vLLM's block sizes)
+            return "one of " + ", ".join(map(str, self.choices))
         noun = "an integer" if self.kind == "int" else "a number"
         if self.lo is None and self.hi is None:
             return noun
@@ -81,7 +83,8 @@ def rule(field: str) -> Rule:
                     lo, lo_open = v, is_open
                 else:
                     hi, hi_open = v, is_open
-    return Rule(a.__name__, lo=lo, lo_open=lo_open, hi=hi, hi_open=hi_open)
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return Rule(a.__name__, choices=tuple(extra.get("one_of", ())), lo=lo, lo_open=lo_open, hi=hi, hi_open=hi_open)
 
 
 def _shape(ann) -> Any:
@@ -93,6 +96,21 @@ def _shape(ann) -> Any:
     if len(args) == 2 and args[1] is Ellipsis:
         return (_shape(args[0]), ...)
     return tuple(_shape(x) for x in args)
+
+
+def _describe(shape) -> str:
+    """A list shape in words: (float, ...) -> 'a non-empty list of numbers'; ((int, int, int), ...) -> 'a non-empty
+    list of lists of 3 integers'."""
+    return "a non-empty list of " + _plural(shape[0]) if len(shape) == 2 and shape[1] is Ellipsis else \
+        f"a list of {len(shape)} {_plural(shape[0])}"
+
+
+def _plural(shape) -> str:
+    if not isinstance(shape, tuple):
+        return "integers" if shape is int else "numbers"
+    if len(shape) == 2 and shape[1] is Ellipsis:
+        return "non-empty lists of " + _plural(shape[0])
+    return f"lists of {len(shape)} {_plural(shape[0])}"
 
 
 def _seq_problem(shape, v: Any) -> str | None:
@@ -162,7 +180,9 @@ def _problem(r: Rule, v: Any) -> str | None:
         return "must be finite"
     too_low = r.lo is not None and (v < r.lo or (r.lo_open and v == r.lo))
     too_high = r.hi is not None and (v > r.hi or (r.hi_open and v == r.hi))
-    return "out of range" if too_low or too_high else None
+    if too_low or too_high:
+        return "out of range"
+    return "not one of the allowed values" if r.choices and v not in r.choices else None
 
 
 def _string_problem(v: Any) -> str | None:

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from specsim.errors import ConfigError
-from specsim.inputs.files import input_file, output_file
+from specsim.inputs.files import check_nesting, input_file, loads_json, output_file
 from specsim.inputs.tables import CsvTable, first_line, float_column, int_column, require_columns
 
 COLUMNS = ("sequence_id", "position", "beta")
@@ -298,13 +298,14 @@ def _read_parquet(p: Path) -> tuple[pd.DataFrame, dict]:
     if raw is None:
         return frame, {}
     try:
-        metadata = json.loads(raw.decode("utf-8"))
+        metadata = loads_json(raw.decode("utf-8"), file=p, field="specsim")  # depth-bounded
     except (UnicodeDecodeError, ValueError) as e:
         raise ConfigError(f"metadata is not valid JSON ({first_line(e)})", file=p, field="specsim") from None
     return frame, metadata
 
 
-def _parse_value(text: str) -> Any:
+def _parse_value(text: str, file: Path | None = None, field: str | None = None) -> Any:
+    check_nesting(text, file=file, field=field)  # bounded depth, before json recurses
     try:
         return json.loads(text)
     except ValueError:
@@ -322,7 +323,7 @@ def _read_csv(p: Path) -> tuple[pd.DataFrame, dict]:
                 n_comment += 1
                 key, sep, value = line[1:].strip().partition(":")
                 if sep and key.strip():
-                    metadata[key.strip()] = _parse_value(value.strip())
+                    metadata[key.strip()] = _parse_value(value.strip(), p, key.strip())
     except UnicodeDecodeError:
         raise ConfigError("not a UTF-8 text CSV file", file=p) from None
     table = CsvTable(p, skiprows=n_comment)

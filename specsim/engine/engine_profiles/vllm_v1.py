@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from specsim.engine.engine_profiles.step_costs import RooflinePricer, StepTable
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine, pool_blocks
-from specsim.config import flag
+from specsim.config import flag, vllm_budget_rule
 from specsim.errors import ConfigError
 
 
@@ -44,6 +44,13 @@ def _refuse(cfg, wl) -> None:
 
 def _config(cfg, hardware) -> VllmV1Config:
     mnbt, mns = default_budget(hardware)
+    e = cfg.engine
+    budget, seqs = e.max_num_batched_tokens or mnbt, e.max_num_seqs or mns
+    broken = vllm_budget_rule(budget, seqs, "" if e.max_num_seqs and e.max_num_batched_tokens else
+                              f" ({'max_num_seqs' if not e.max_num_seqs else 'the budget'} is vLLM's default on "
+                              f"{hardware.name}; give both)")
+    if broken is not None:
+        raise ConfigError(broken.render(flag))
     return VllmV1Config(max_num_seqs=cfg.engine.max_num_seqs or mns,
                         max_num_batched_tokens=cfg.engine.max_num_batched_tokens or mnbt,
                         block_size=cfg.engine.block_size or 16, num_gpu_blocks=cfg.engine.num_gpu_blocks,
