@@ -103,6 +103,9 @@ def test_a_fit_the_loader_would_refuse_is_not_written(tmp_path):
     (HEADER + "llama-3.1-8b,h100-sxm,1,8,486,,1070\nllama-3.1-8b,h100-sxm,1,16,513,,1954\n", "three or more"),
     (HEADER + "llama-3.1-8b,no-such-gpu,1,8,486,,1070\n", "no-such-gpu"),
     (HEADER + "llama-3.1-8b,b200,1,8,639,,1637\n", "no row of h100-sxm"),
+    (HEADER + "llama-3.1-8b,h100-sxm,1,8,100000,,1070\n", "outside what a h100-sxm can draw"),
+    (HEADER + "llama-3.1-8b,h100-sxm,1,8,,93.5,1070\n", "outside what a h100-sxm can draw"),  # 1e5 W from J/token
+    (HEADER + "llama-3.1-8b,h100-sxm,1,8,20,,1070\n", "outside what a h100-sxm can draw"),
 ])
 def test_bad_rows_are_one_line(tmp_path, capsys, body, words):
     csv = tmp_path / "p.csv"

@@ -34,8 +34,9 @@ def calibrate_power(
     out: Path | None = typer.Option(None, "--out", help="write the profile with the fitted curve here"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Fit running_floor_w, power_mbu_weight, power_mfu_weight to measured W per GPU and check them on held-out models."""
-    from specsim.cost.calibrate_io import read_power_rows, write_power_profile
+    """Fit running_floor_w, power_mbu_weight, power_mfu_weight to measured W per GPU; check them on held-out
+    models."""
+    from specsim.cost.calibrate_io import check_power_physics, read_power_rows, write_power_profile
     from specsim.cost.power_fit import fit_curve, leave_one_model_out, mean_abs, row_parts
     from specsim.errors import ConfigError, check_range
     from specsim.inputs.files import input_file, output_file
@@ -52,6 +53,7 @@ def calibrate_power(
         output_file(out, "hardware profile", field="--out", suffixes=(".toml",))
     path = input_file(rows, "power rows CSV", field="ROWS")
     measured = read_power_rows(path, prompt_len, output_len, stack)
+    check_power_physics(measured, path)
     mine = [r for r in measured if pool or loader.hardware(r.gpu).name == hw.name]
     if not mine:
         raise ConfigError(f"no row of {hw.name} (gpu column: {sorted({r.gpu for r in measured})})", file=path,

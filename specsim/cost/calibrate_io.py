@@ -194,6 +194,28 @@ def _power_row(t, path, i: int, cols: set, PowerRow, prompt_len: int, output_len
                     text("source"))
 
 
+TDP_SLACK = 1.1  # our choice: boards briefly exceed TDP under power-limit control; a 10% slack covers rounding too
+IDLE_SLACK = 0.5  # our choice: a running GPU below half its measured idle is a unit or pairing mistake
+
+
+def check_power_physics(rows: list, path) -> None:
+    """Refuse a row whose W per GPU no chip of that kind can draw: above its TDP (with TDP_SLACK) or below half its
+    idle (one line naming the row, the value and the profile's figures)."""
+    from specsim.profiles import loader
+
+    for i, r in enumerate(rows):
+        hw = loader.hardware(r.gpu)
+        if hw.tdp_w is None or hw.idle_w is None:
+            continue  # row_parts refuses it, naming the profile
+        lo, hi = IDLE_SLACK * hw.idle_w, TDP_SLACK * hw.tdp_w
+        if not lo <= r.w_per_gpu <= hi:
+            name = "w_per_gpu" if r.j_per_token is None else "w_per_gpu (or j_per_token × tok_s / tp)"
+            raise ConfigError(f"W per GPU outside what a {hw.name} can draw in data row {i + 1}", file=path,
+                              field=name, value=round(r.w_per_gpu, 6),
+                              allowed=f"{lo:g} .. {hi:g} W (half its idle_w {hw.idle_w:g} .. its tdp_w {hw.tdp_w:g} "
+                                      f"+ {TDP_SLACK - 1:.0%})")
+
+
 def write_power_profile(path: str | Path, hw: HardwareProfile, figures: dict, comment: str) -> Path:
     """The hardware profile with a fitted power curve, written only if the loader will take it back: each figure is
     checked against the schema first (a fit outside its range is refused, naming the field, before any write)."""
