@@ -303,6 +303,14 @@ def test_a_rule_shows_user_text_verbatim(text):
     assert str(ConfigError(text, field=text, value=text, allowed=text)).count(text) >= 1
 
 
+@FAST
+@given(text=st.text(alphabet="{}abc_%s\\", max_size=12))
+def test_user_text_inside_a_template_never_breaks_it(text):
+    """A rule that writes a user's text into its template (an f-string) still renders: only {0}, {1}... and the
+    rule's own {names} are placeholders; any other brace is text (str.format raised KeyError / IndexError)."""
+    assert RuleViolation("{0}: " + text, "gamma").render(flag) == "--gamma: " + text
+
+
 @pytest.mark.parametrize("tree", ['{"widths": [2, "{x}"]}', '{"widths": [2, "{0}"]}', '{"widths": ["{"]}',
                                   '[[0], "}{"]'])
 def test_a_tree_with_braces_is_one_line_naming_it(tree):
