@@ -221,8 +221,12 @@ def test_20000_nested_brackets_in_a_file_are_one_line(tmp_path):
     from specsim.engine.acceptance import read_trace
     from specsim.profiles.hf_import import profile_from_hf_config
 
+    from specsim.validation.vllm_outputs import read_bench
+
     with pytest.raises(ConfigError, match="nested too deeply"):
         profile_from_hf_config(deep_json)  # a Hugging Face config.json
+    with pytest.raises(ConfigError, match="deep.json: not valid JSON: nested too deeply"):
+        read_bench(deep_json)  # a vllm bench serve result
     csv = tmp_path / "t.csv"
     csv.write_text("# generator: " + DEEP + "\nsequence_id,position,beta\n0,0,1\n")  # a trace's metadata line
     with pytest.raises(ConfigError, match="nested too deeply"):

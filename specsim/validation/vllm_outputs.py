@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from specsim.errors import ConfigError
+from specsim.inputs.files import check_nesting
 
 _ITER = re.compile(
     r"Iteration\((?P<i>\d+)\): (?P<ctx_req>\d+) context requests, (?P<ctx_tok>\d+) context tokens, "
@@ -179,7 +180,9 @@ def read_bench(path: str | Path) -> dict:
     (output tokens / duration) recomputed from the lists, so imported and own runs are scored the same way."""
     p = Path(path)
     try:
-        d = json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        check_nesting(text, file=p)  # the one depth bound for JSON from a user
+        d = json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"cannot read bench JSON ({type(e).__name__}: {e})", file=p) from None
     except RecursionError:
