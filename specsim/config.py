@@ -51,7 +51,7 @@ class DeploymentConfig(_Group):
     tp: int = Field(default=1, ge=1, le=1024, description="tensor-parallel degree of the target (the draft's too "
                     "unless draft_tp is given)")
     draft_tp: int | None = Field(default=None, ge=1, le=1024, description="tensor-parallel degree of the draft or "
-                                 "head (vLLM's draft_tensor_parallel_size); None = the target's tp")
+                                 "head (vLLM's draft_tensor_parallel_size): 1 or the target's tp, as vLLM allows; None = the target's tp")
     fixed_c: float | None = Field(default=None, ge=0, lt=10,
                                   description="override the cost model: target pass = 1 unit whatever its "
                                               "positions (free verification), draft pass = c units")
