@@ -36,7 +36,14 @@ SURFACES = {
                   "--output-len": _SMALL_OR_BAD,
                   "--policy": st.sampled_from(["fixed", "optimal", "heuristic", "oracle", "greedy", "", "1"]),
                   "--engine": st.sampled_from(["simpy", "fast", "auto", "gpu", ""]),
-                  "--length-dist": st.sampled_from(["fixed", "uniform", "lognormal", "zipf"])}),
+                  "--length-dist": st.sampled_from(["fixed", "uniform", "lognormal", "zipf"]),
+                  # JSON values, typed as in a sweep file; vLLM's block sizes (the engine profile is not given, so
+                  # a valid one is refused as vllm-v1's, naming the flag)
+                  "--tree-topk-acceptance": st.sampled_from(['[0.7, "0.85"]', "[0.7, true]", "[0.7, 0.8]", "[]",
+                                                             "[0.7, NaN]", "[" * 5000, "{}", "0.7"]),
+                  "--num-speculative-tokens-per-batch-size": st.sampled_from(
+                      ['[[1, 8, "4"]]', "[[1, 8, 4.0]]", "[[1, 8, 4]]", "[[1, 8]]", "[[1,4,5]", '{"a":' * 5000]),
+                  "--block-size": st.sampled_from(["16", "7", "256", "0", "x"])}),
     "choose-draft": (["choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--output-len", "8",
                       "--requests", "4"],
                      {"--batch": st.sampled_from(["1", "1,2", "nan", "inf", "0", "1.5", "abc", "", "-1", "5000"]),
