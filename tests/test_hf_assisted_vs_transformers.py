@@ -39,6 +39,10 @@ class _Rec:
         from types import SimpleNamespace
         return SimpleNamespace(time_s=1.0, bytes=0.0, flops=0.0)
 
+    def prefill_cost(self, batch, positions):
+        """A prompt pass is a pass at context 0 (the profile prices it through the cost model's prefill_cost)."""
+        return self.pass_cost(batch, positions, 0)
+
 
 @pytest.mark.parametrize("P,out,G", [(7, 12, 3), (5, 9, 4)])
 def test_passes_match_transformers_when_every_draft_is_accepted(P, out, G):
