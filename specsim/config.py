@@ -18,8 +18,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from specsim.config_rules import (VLLM_BLOCK_SIZES, RuleViolation, check_bands, engine_rules,  # noqa: F401
-                                   method_rules, one_of, vllm_budget_rule)  # RuleViolation, vllm_budget_rule: API
+from specsim.config_rules import (CLI_ALIASES, VLLM_BLOCK_SIZES, RuleViolation, check_bands,  # noqa: F401
+                                   engine_rules, flag, method_rules, one_of,
+                                   vllm_budget_rule)  # CLI_ALIASES, flag, RuleViolation, vllm_budget_rule: API
 from specsim.engine.acceptance import GAMMA_CAP  # the one γ cap (numpy only; nothing there imports config)
 from specsim.errors import FieldError
 
@@ -201,17 +202,6 @@ FLAT: dict[str, str] = {name: g for name, g in (
 assert sorted(FLAT) == sorted(f for g in GROUPS.values() for f in g.model_fields), "FLAT must list every field once"
 assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a field outside its group"
 FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
-
-# `simulate` flags whose names differ from their field (every other field's flag is --field-name)
-# (the SLO fields keep their unit in the flag: --slo-ttft-s, --slo-tpot-s, --slo-warmup-s; the unitless flags they
-# once had are refused by `simulate`, naming these)
-CLI_ALIASES: dict[str, str] = {"arrivals_csv": "--arrivals"}
-
-
-def flag(field: str) -> str:
-    """The `simulate` option of a flat field."""
-    return CLI_ALIASES.get(field) or "--" + field.replace("_", "-")
-
 
 def field_of_loc(loc: tuple) -> str | None:
     """The flat field a pydantic error location points at: ('workload', 'batch') -> 'batch'; () -> None."""

@@ -20,6 +20,17 @@ from specsim.engine.acceptance import GAMMA_CAP  # the one γ cap (numpy only; n
 
 _PLACEHOLDER = re.compile(r"\{(\d+|[a-z_]+)\}")
 
+# `simulate` flags whose names differ from their field (every other field's flag is --field-name)
+# (the SLO fields keep their unit in the flag: --slo-ttft-s, --slo-tpot-s, --slo-warmup-s; the unitless flags they
+# once had are refused by `simulate`, naming these). Here, not in config, so a rule names its fields without
+# importing config (config imports this module); `specsim.config` re-exports both.
+CLI_ALIASES: dict[str, str] = {"arrivals_csv": "--arrivals"}
+
+
+def flag(field: str) -> str:
+    """The `simulate` option of a flat field."""
+    return CLI_ALIASES.get(field) or "--" + field.replace("_", "-")
+
 
 class RuleViolation(ValueError):
     """A cross-field rule broken; `fields` are the flat fields it names, `{0}`, `{1}`... in `template`, so each
@@ -36,7 +47,7 @@ class RuleViolation(ValueError):
     def render(self, name=None) -> str:
         """The message with each field named by `name(field)` (default: its `simulate` flag)."""
         if name is None:
-            from specsim.config import flag as name  # lazily: config imports this module
+            name = flag
 
         def fill(m: re.Match) -> str:
             key = m.group(1)
