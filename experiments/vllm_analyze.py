@@ -174,7 +174,9 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
         k = ps[0]["k"]
         a = _alpha(runs, v)
         c = td.time_at(1) / tt.time_at(1) if v.startswith("draft") else 0.0
-        s = {"k": k, "alpha": a, "c": c, "speedup_eq5": float(theory.speedup(a, k, c)) if np.isfinite(a) else None}
+        # eq. (5) assumes k drafts every step: not an n-gram lookup, which proposes only where it finds a match
+        eq5 = float(theory.speedup(a, k, c)) if np.isfinite(a) and v.startswith("draft") else None
+        s = {"k": k, "alpha": a, "c": c, "speedup_eq5": eq5}
         for key in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s", "plain_tpot_p50_s", "spec_ttft_p50_s",
                     "spec_tpot_p50_s"):
             e = np.array([abs(p[f"err_{key}"]) for p in ps])
@@ -198,7 +200,8 @@ def _probes(runs: list[dict]) -> list[dict]:
         p = r.get("probe")
         if p and p.get("session") not in seen:
             seen[p.get("session")] = {"session": p.get("session"), "mode": r.get("mode"),
-                                      "probe_step_s": p.get("median_step_s"), "cpu": r.get("cpu_model")}
+                                      "probe_step_s": p.get("median_step_s"), "host_probe_s": p.get("host_probe_s"),
+                                      "cpu": r.get("cpu_model")}
     return [seen[k] for k in sorted(seen, key=str)]
 
 
@@ -220,7 +223,8 @@ def analyze(out: Path) -> dict:
                tables={"target": _table_info(tt), "draft": _table_info(td)},
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
-               points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]))
+               points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
+               legacy_runs=sum(1 for r in runs if not r.get("config")), runs=len(runs))
     _write(out, res)
     return res
 

