@@ -187,6 +187,30 @@ def test_deep_json_and_toml_are_one_line_past_the_bound(depth, kinds, pad):
             loads_toml(toml, file="s.toml")
 
 
+@FAST
+@given(text=st.text(alphabet='"\'\\[]{}#\n a', max_size=60))
+def test_any_text_is_a_value_or_one_line(text):
+    """Quotes, backslashes, brackets and comments in any order: parsed, or one ConfigError; never another error."""
+    assert 0 <= nesting_depth(text) <= text.count("[") + text.count("{")
+    for parse in (lambda t: loads_json(t, field="--x"), lambda t: loads_toml(t, file="s.toml")):
+        try:
+            parse(text)
+        except ConfigError as e:
+            assert "\n" not in str(e)
+
+
+@pytest.mark.parametrize("text", ['\\"' * 100_000, '"\\"\\"\\' * 30_000, '"""\\' * 50_000, "'a\n" * 70_000])
+def test_the_depth_scan_is_linear(text):
+    """Open strings full of escapes: each scanned once (a failed string match re-scanned from every quote was
+    quadratic: 180 kB took 78 s)."""
+    import time
+
+    t0 = time.perf_counter()
+    nesting_depth(text)
+    nesting_depth(text, toml=True)
+    assert time.perf_counter() - t0 < 5
+
+
 def test_duplicate_keys_and_bad_json_are_one_line():
     with pytest.raises(ConfigError, match="a key is given twice"):
         loads_json('{"alpha": 0.8, "alpha": 0.9}', field="--x")

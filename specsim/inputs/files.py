@@ -104,9 +104,11 @@ def output_dir(path: str | Path, what: str = "output folder", field: str | None 
 # --- JSON and TOML with a bounded depth ---------------------------------------------------------------------------
 
 MAX_NESTING = 64  # lists/objects inside each other; far beyond any real input, far below Python's recursion limit
-_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string (skipped whole) or a bracket
-_TOML_TOKENS = re.compile(r'#[^\n]*|"""(?:[^\\]|\\[\s\S])*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
-                          r"|'[^'\n]*'|[\[\]{}]")
+# A string is skipped whole; one left open runs to the end of the text (TOML: of its line), so every token matches
+# where it starts and the scan stays linear whatever the input (a failed string match re-scanned: quadratic).
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\[\s\S]?[^"\\]*)*(?:"|\Z)|[\[\]{}]')
+_TOML_TOKENS = re.compile(r'#[^\n]*|"""(?:[^\\]|\\[\s\S]?)*?(?:"""|\Z)|' r"'''[\s\S]*?(?:'''|\Z)|"
+                          r'"[^"\\\n]*(?:\\[\s\S]?[^"\\\n]*)*(?:"|$)|' r"'[^'\n]*(?:'|$)|[\[\]{}]", re.M)
 
 
 def nesting_depth(text: str, toml: bool = False) -> int:
