@@ -205,6 +205,18 @@ def _probes(runs: list[dict]) -> list[dict]:
     return [seen[k] for k in sorted(seen, key=str)]
 
 
+def join_lag(runs: list[dict]) -> dict:
+    """Steps between a request's addition and its first step, less one, as the offline harness recorded them
+    (the prediction assumes 1 while the engine is busy: vllm_runs.JOIN_LAG_STEPS)."""
+    busy, idle = [], []
+    for r in runs:
+        for a, f in zip(r.get("added_step") or [], r.get("first_scheduled_step") or []):
+            if f is not None:
+                (busy if a > 0 else idle).append(f - a - 1)
+    return {"busy_median": float(np.median(busy)) if busy else None, "busy_n": len(busy),
+            "at_start_median": float(np.median(idle)) if idle else None, "at_start_n": len(idle)}
+
+
 def analyze(out: Path) -> dict:
     runs = load_runs(out)
     tt = step_table(calibration_runs(runs, "target"), "target alone (cal-target)")
@@ -224,7 +236,7 @@ def analyze(out: Path) -> dict:
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
                points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
-               legacy_runs=sum(1 for r in runs if not r.get("config")), runs=len(runs))
+               legacy_runs=sum(1 for r in runs if not r.get("config")), runs=len(runs), join_lag_steps=join_lag(runs))
     _write(out, res)
     return res
 

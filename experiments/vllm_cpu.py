@@ -209,7 +209,7 @@ def cmd_smoke(a) -> None:
         print(f"{f.name}: hooked {c['scheduler_hooked']}, dropped {c['engine_kwargs_dropped']}, {len(st)} steps, "
               f"max step tokens {max((s['ctx_tokens'] + s['gen_tokens'] for s in st), default=0)}, "
               f"tokens out {sum(d['output_lens'])}, request_spec {'request_spec' in d}, "
-              f"added/first steps {d.get('added_step')}")
+              f"added / first scheduled step {list(zip(d.get('added_step', []), d.get('first_scheduled_step', [])))}")
 
 
 def main() -> None:

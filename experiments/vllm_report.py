@@ -129,6 +129,11 @@ def _head(out: Path, res: dict) -> list[str]:
                  f"{e['spec_tpot_p50_s']:.1f}%; break-even (closed / Poisson) measured "
                  f"{s['break_even_closed_measured']} / {s['break_even_poisson_measured']}, predicted "
                  f"{s['break_even_closed_predicted']} / {s['break_even_poisson_predicted']}")
+    jl = res.get("join_lag_steps") or {}
+    if jl.get("busy_n"):
+        L.append(f"- measured join lag (steps between adding a request and its first step, less one): median "
+                 f"{jl['busy_median']:g} over {jl['busy_n']} requests added while the engine was busy (the "
+                 f"prediction assumes 1), {jl['at_start_median']} over {jl['at_start_n']} added before the first step")
     if res.get("probes"):
         L.append("- host-speed probe before each session (a fixed numpy loop; the engine's median step on one fixed "
                  "request), reported, never used to correct a figure: " +

@@ -196,6 +196,8 @@ def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
             t_end = time.perf_counter() - t0
             if srec is not None:
                 steps.append(srec)
+            for i in drafts or {}:  # every request this step scheduled: when it first joined a step
+                R["first_step"].setdefault(i, ses.nstep)
             for o in outs:
                 done += _collect(R, o, t_end, drafts, ses.spec["k"])
                 if o.finished and arr is None and nxt < n:
@@ -227,7 +229,9 @@ def _collect(R: dict, o, t_end: float, drafts: dict | None, k: int) -> int:
 
 
 def _bench(R: dict, n: int, steps: list, dur: float, arr) -> dict:
-    t_add = np.array([R["t_add"][i] for i in range(n)])
+    # a request's clock starts at its arrival: the Poisson draw (it may wait for a step to end before the harness
+    # can add it, as it would in the engine), or the moment a closed loop submits it
+    t_add = np.asarray(arr, float) if arr is not None else np.array([R["t_add"][i] for i in range(n)])
     first = [R["times"][i][0] if R["times"][i] else float("nan") for i in range(n)]
     last = [R["times"][i][-1] if R["times"][i] else float("nan") for i in range(n)]
     d = {"duration": dur, "completed": n, "input_lens": [R["prompt"].get(i, 0) for i in range(n)],
@@ -235,7 +239,8 @@ def _bench(R: dict, n: int, steps: list, dur: float, arr) -> dict:
          "ttfts": [f - a for f, a in zip(first, t_add)], "latencies": [e - a for e, a in zip(last, t_add)],
          "itls": [list(np.diff(R["times"][i])) for i in range(n)],
          "start_times": (list(arr) if arr is not None else t_add.tolist()), "errors": [""] * n,
-         "added_step": [R["added_step"][i] for i in range(n)], "steps": steps}
+         "added_step": [R["added_step"][i] for i in range(n)],
+         "first_scheduled_step": [R["first_step"].get(i) for i in range(n)], "steps": steps}
     spec = [{"per_step_drafted": R["spec"][i][0], "per_step_accepted": R["spec"][i][1]} for i in range(n)]
     if any(sum(s["per_step_drafted"]) for s in spec):
         d["request_spec"] = spec

@@ -230,6 +230,8 @@ def test_harness_records_steps_and_acceptance_the_analysis_reads():
     assert st[0]["ctx_tokens"] == 17 and st[0]["gen_tokens"] == 0  # both prompts prefilled in the first step
     assert st[1]["gen_requests"] == 2 and st[1]["gen_tokens"] == 8 and st[1]["kv_ctx_tokens"] == 17
     assert d["added_step"] == [0, 0, d["added_step"][2]] and d["added_step"][2] > 0
+    assert d["first_scheduled_step"][2] == d["added_step"][2] + 1  # this fake engine takes it in the next step
+    assert va.join_lag([d]) == {"busy_median": 0.0, "busy_n": 1, "at_start_median": 0.0, "at_start_n": 2}
 
 
 def test_harness_chunk_sweep_lowers_the_budget_and_records_a_plain_run():
@@ -249,3 +251,6 @@ def test_harness_poisson_point_waits_for_arrivals():
     d = vs.run_point(ses, PROMPTS, {"point": "r50", "rate": 50.0, "requests": 3, "output_len": 3}, 1)
     assert d["start_times"][0] == 0.0 and d["start_times"] == sorted(d["start_times"])
     assert all(t >= 0 for t in d["ttfts"]) and d["output_lens"] == [3, 3, 3]
+    from specsim.validation import vllm_outputs as vr
+    s = vr.summarize_requests(d)  # TTFT and latency from the Poisson arrival, not from when the harness added it
+    assert (s["e2e_s"] >= s["ttft_s"]).all()
