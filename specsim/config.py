@@ -21,8 +21,9 @@ from pydantic.fields import FieldInfo
 from specsim.config_rules import (CLI_ALIASES, VLLM_BLOCK_SIZES, RuleViolation, check_bands,  # noqa: F401
                                    engine_rules, flag, method_rules, one_of,
                                    vllm_budget_rule)  # CLI_ALIASES, flag, RuleViolation, vllm_budget_rule: API
-from specsim.engine.acceptance import GAMMA_CAP  # the one γ cap (numpy only; nothing there imports config)
 from specsim.errors import FieldError
+from specsim.limits import (GAMMA_CAP, MAX_BATCH, MAX_BATCHED_TOKENS, MAX_LENGTH_TOKENS, MAX_NUM_SEQS,
+                            MAX_REPLICAS, MAX_REQUESTS, MAX_TP)
 
 Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
@@ -49,9 +50,9 @@ class DeploymentConfig(_Group):
                               "head <method>-<target> (ngram / suffix: the host-cost profile of that name)")
     stack: str | None = Field(default=None, description="software-stack profile; None = the hardware's "
                               "default_stack, 'ideal' = idealized roofline")
-    tp: int = Field(default=1, ge=1, le=1024, description="tensor-parallel degree of the target (the draft's too "
+    tp: int = Field(default=1, ge=1, le=MAX_TP, description="tensor-parallel degree of the target (the draft's too "
                     "unless draft_tp is given)")
-    draft_tp: int | None = Field(default=None, ge=1, le=1024, description="tensor-parallel degree of the draft or "
+    draft_tp: int | None = Field(default=None, ge=1, le=MAX_TP, description="tensor-parallel degree of the draft or "
                                  "head (vLLM's draft_tensor_parallel_size): 1 or the target's tp, as vLLM allows; None = the target's tp")
     fixed_c: float | None = Field(default=None, ge=0, lt=10,
                                   description="override the cost model: target pass = 1 unit whatever its "
@@ -66,7 +67,7 @@ class DeploymentConfig(_Group):
                                 "a 2-position pass costs more than a 1-position one, e.g. on a CPU)")
     measured_draft: str | None = Field(default=None, description="measured cost mode for the draft: CSV of "
                                        "measured pass times, same format as measured_target; None = the roofline")
-    draft_kv_budget_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="cap on the draft's "
+    draft_kv_budget_tokens: int | None = Field(default=None, ge=1, le=MAX_LENGTH_TOKENS, description="cap on the draft's "
                                                "KV per request, in tokens: its passes read and attend min(context, "
                                                "budget) tokens and admission reserves at most that much draft KV "
                                                "(StreamingLLM's attention sinks + sliding window, Xiao et al. 2023; "
@@ -107,19 +108,19 @@ class SpeculationConfig(_Group):
 
 
 class WorkloadConfig(_Group):
-    batch: int = Field(default=1, ge=1, le=4096, description="closed loop: concurrent requests (max batch)")
+    batch: int = Field(default=1, ge=1, le=MAX_BATCH, description="closed loop: concurrent requests (max batch)")
     rate: float | None = Field(default=None, gt=0, le=1e6, description="Poisson arrivals per second (open loop)")
-    max_batch: int | None = Field(default=None, ge=1, le=4096, description="batch cap under open-loop arrivals")
+    max_batch: int | None = Field(default=None, ge=1, le=MAX_BATCH, description="batch cap under open-loop arrivals")
     arrivals_csv: str | None = Field(default=None, description="replay arrivals: CSV arrival_s,prompt_len,output_len")
-    requests: int = Field(default=64, ge=1, le=10_000_000, description="number of requests")
-    prompt_len: int = Field(default=128, ge=1, le=10_000_000, description="prompt tokens per request")
-    output_len: int = Field(default=128, ge=1, le=10_000_000, description="output tokens per request")
+    requests: int = Field(default=64, ge=1, le=MAX_REQUESTS, description="number of requests")
+    prompt_len: int = Field(default=128, ge=1, le=MAX_LENGTH_TOKENS, description="prompt tokens per request")
+    output_len: int = Field(default=128, ge=1, le=MAX_LENGTH_TOKENS, description="output tokens per request")
     seed: int = Field(default=0, ge=0, description="random seed (arrivals, lengths, acceptance draws)")
     length_dist: LengthDist = Field(default="fixed", description="prompt/output lengths: 'fixed' = exactly "
                                     "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L); 'lognormal' = "
                                     "ShareGPT-like heavy tail: lognormal with mean L and log-σ 1, rounded, clipped "
                                     "to [1, 8L]")
-    replicas: int = Field(default=1, ge=1, le=1024, description="engine replicas behind the router; "
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="engine replicas behind the router; "
                           "each holds its own weights and KV (batch / max_batch are per replica)")
     router: RouterName = Field(default="round-robin", description="which replica an arriving request joins: "
                                "'round-robin' (vLLM production-stack's default routing logic), "
@@ -152,9 +153,9 @@ class EngineConfig(_Group):
                                           "fused into round 1, draft re-fed 2 positions every round); 'vllm-v1' = "
                                           "vLLM's V1 scheduler: token budget, chunked prefill mixed with decodes, "
                                           "KV blocks, preemption")
-    max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="vllm-v1: running requests per "
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_NUM_SEQS, description="vllm-v1: running requests per "
                                      "step (default 256)")
-    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 22, description="vllm-v1: token budget "
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_BATCHED_TOKENS, description="vllm-v1: token budget "
                                                "per step (default: vLLM's rule for the device, 2048 / 8192 / 16384)")
     block_size: int | None = Field(default=None, ge=1, json_schema_extra={"one_of": VLLM_BLOCK_SIZES},
                                    description="vllm-v1: KV block size in tokens, one of vLLM's "
@@ -162,7 +163,7 @@ class EngineConfig(_Group):
                                    "128)")
     num_gpu_blocks: int | None = Field(default=None, ge=1, le=1 << 40, description="vllm-v1: KV blocks in the pool, "
                                        "as the engine reports them (default: from device memory)")
-    long_prefill_token_threshold: int = Field(default=0, ge=0, le=1 << 22, description="vllm-v1: cap on one "
+    long_prefill_token_threshold: int = Field(default=0, ge=0, le=MAX_BATCHED_TOKENS, description="vllm-v1: cap on one "
                                               "request's prefill chunk when others wait (0 = off)")
     step_table_target: str | None = Field(default=None, description="vllm-v1: CSV tokens,time_s of the target's "
                                           "measured step times (from a vLLM per-step log without speculation) "
@@ -183,25 +184,31 @@ GROUPS: dict[str, type[_Group]] = {"deployment": DeploymentConfig, "acceptance":
                                    "speculation": SpeculationConfig, "workload": WorkloadConfig, "slo": SloConfig,
                                    "engine": EngineConfig}
 
-# The flat <-> nested mapping: flat field name -> group, in the order of the sweep table's columns (the order the
-# fields had before they were grouped; the results table and sweep ids keep it).
-FLAT: dict[str, str] = {name: g for name, g in (
-    ("hardware", "deployment"), ("target", "deployment"), ("draft", "deployment"), ("stack", "deployment"),
-    ("tp", "deployment"), ("alpha", "acceptance"), ("trace", "acceptance"), ("gamma", "speculation"),
-    ("policy", "speculation"), ("num_speculative_tokens_per_batch_size", "speculation"), ("lenience", "acceptance"),
-    ("fixed_c", "deployment"), ("measured_target", "deployment"), ("draft_catchup", "deployment"),
-    ("measured_draft", "deployment"), ("batch", "workload"), ("rate", "workload"), ("max_batch", "workload"),
-    ("arrivals_csv", "workload"), ("requests", "workload"), ("prompt_len", "workload"), ("output_len", "workload"),
-    ("seed", "workload"), ("length_dist", "workload"), ("replicas", "workload"), ("router", "workload"), ("slo_ttft_s", "slo"),
-    ("slo_tpot_s", "slo"), ("engine", "engine"), ("engine_profile", "engine"), ("max_num_seqs", "engine"),
-    ("max_num_batched_tokens", "engine"), ("block_size", "engine"), ("num_gpu_blocks", "engine"),
-    ("long_prefill_token_threshold", "engine"), ("step_table_target", "engine"), ("step_table_draft", "engine"),
-    ("draft_kv_budget_tokens", "deployment"), ("method", "speculation"), ("draft_tp", "deployment"),
-    ("speculative_config", "speculation"), ("speculative_token_tree", "speculation"),
-    ("tree_topk_acceptance", "speculation"), ("slo_warmup_s", "slo"))}
-assert sorted(FLAT) == sorted(f for g in GROUPS.values() for f in g.model_fields), "FLAT must list every field once"
-assert all(f in GROUPS[g].model_fields for f, g in FLAT.items()), "FLAT names a field outside its group"
+# The flat <-> nested mapping, derived from the groups: flat field name -> group. Its order is the sweep table's
+# column order (and cfg.flat()'s): the results table, sweep ids and users' CSVs keep it. `_FROZEN_COLUMNS` is that
+# order as of issue 25 (names only: each field's group is its class above) and never grows; a field added later
+# follows, in its group's declaration order — adding a field touches its group only.
+_FROZEN_COLUMNS = (
+    "hardware", "target", "draft", "stack", "tp", "alpha", "trace", "gamma", "policy",
+    "num_speculative_tokens_per_batch_size", "lenience", "fixed_c", "measured_target", "draft_catchup",
+    "measured_draft", "batch", "rate", "max_batch", "arrivals_csv", "requests", "prompt_len", "output_len", "seed",
+    "length_dist", "replicas", "router", "slo_ttft_s", "slo_tpot_s", "engine", "engine_profile", "max_num_seqs",
+    "max_num_batched_tokens", "block_size", "num_gpu_blocks", "long_prefill_token_threshold", "step_table_target",
+    "step_table_draft", "draft_kv_budget_tokens", "method", "draft_tp", "speculative_config",
+    "speculative_token_tree", "tree_topk_acceptance", "slo_warmup_s")
+
+
+def flat_map(groups: dict[str, type[BaseModel]]) -> dict[str, str]:
+    """Flat field name -> group name, in column order (`_FROZEN_COLUMNS`, then later fields by group)."""
+    group_of = {f: g for g, cls in groups.items() for f in cls.model_fields}
+    assert len(group_of) == sum(len(c.model_fields) for c in groups.values()), "a field name in two groups"
+    return {f: group_of[f] for f in (*[c for c in _FROZEN_COLUMNS if c in group_of],
+                                     *[f for f in group_of if f not in _FROZEN_COLUMNS])}
+
+
+FLAT: dict[str, str] = flat_map(GROUPS)
 FLAT_FIELDS: dict[str, FieldInfo] = {f: GROUPS[g].model_fields[f] for f, g in FLAT.items()}
+
 
 def field_of_loc(loc: tuple) -> str | None:
     """The flat field a pydantic error location points at: ('workload', 'batch') -> 'batch'; () -> None."""

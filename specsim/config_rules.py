@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specsim.engine.acceptance import GAMMA_CAP  # the one γ cap (numpy only; nothing there imports config)
+from specsim.limits import GAMMA_CAP
 
 _PLACEHOLDER = re.compile(r"\{(\d+|[a-z_]+)\}")
 

@@ -39,15 +39,11 @@ LAYERS: dict[str, int] = {
 
 # Upward imports still present: (importing module, imported module). Only ever remove lines from this list.
 ALLOWLIST: set[tuple[str, str]] = {
-    # config's γ cap and validators reach up: the cap belongs in a ground-floor limits module; the cross-field
-    # checks through methods (vLLM's speculative config, default heads, token trees) belong in setup
-    ("specsim.config", "specsim.engine.acceptance"),
+    # config's validators reach up: the cross-field checks through methods (vLLM's speculative config, default
+    # heads, token trees) belong in setup
     ("specsim.config", "specsim.methods.heads"),
     ("specsim.config", "specsim.methods.spec_config"),
     ("specsim.config", "specsim.methods.tree_config"),
-    ("specsim.config_rules", "specsim.engine.acceptance"),
-    ("specsim.methods.spec_config", "specsim.engine.acceptance"),  # GAMMA_CAP
-    ("specsim.traces.stats", "specsim.engine.acceptance"),  # the i.i.d. β estimate
     # profiles/deployment.py assembles cost models and method heads: it is setup, not a profile
     ("specsim.profiles.deployment", "specsim.cost.kernels_db"),
     ("specsim.profiles.deployment", "specsim.cost.measured"),

@@ -34,6 +34,31 @@ def test_simulate_options_are_the_fields_flags():
         ("--slo-ttft-s", "--slo-tpot-s", "--slo-warmup-s")  # the unit in the flag's name, as in the field's
 
 
+def test_flat_map_is_derived_from_the_groups():
+    """FLAT is not a second list of groups: each field's group is the class that declares it; the column order is
+    frozen for today's fields (the results table, sweep ids and users' CSVs keep it) and a field added later
+    follows in its group's declaration order — adding a field is one line in its group."""
+    from pydantic import BaseModel
+
+    from specsim import config
+
+    assert FLAT == config.flat_map(GROUPS)
+    assert all(f in GROUPS[g].model_fields for f, g in FLAT.items())
+    assert list(FLAT)[:5] == ["hardware", "target", "draft", "stack", "tp"] and list(FLAT)[5] == "alpha"
+    assert list(FLAT) == [f for f in config._FROZEN_COLUMNS if f in FLAT] + [f for f in FLAT if f not in
+                                                                           config._FROZEN_COLUMNS]
+
+    class Workload(config.WorkloadConfig):  # a group gains a field: it lands last, in its group, nowhere else
+        new_knob_s: float = 1.0
+
+    class Extra(BaseModel):
+        other: int = 0
+
+    grown = config.flat_map({**GROUPS, "workload": Workload, "extra": Extra})
+    assert list(grown)[-2:] == ["new_knob_s", "other"] and grown["new_knob_s"] == "workload"
+    assert list(grown)[:-2] == list(FLAT)
+
+
 def test_flat_mapping_round_trips_in_the_sweep_column_order():
     cfg = SimConfig(**PAIR, alpha=0.6, gamma=3, batch=8, engine="fast", slo_ttft_s=0.5)
     assert list(cfg.flat()) == list(FLAT) == list(FLAT_FIELDS)

@@ -42,10 +42,10 @@ import math
 import numpy as np
 
 from specsim.errors import ConfigError
+from specsim.limits import GAMMA_CAP  # noqa: F401  (the one γ cap; importers here read it from this module)
 from specsim.rng import ACCEPTANCE, StreamFamily, stream
 
 LENIENCE_KAPPA = 0.38  # fitted to PAPER-FACTS "Lenience" T5-small row; see the module docstring
-GAMMA_CAP = 64  # largest draft length any policy may use (SimConfig.gamma's maximum)
 ORACLE_CAP = GAMMA_CAP
 
 

@@ -25,13 +25,14 @@ import numpy as np
 from specsim.config import flag
 from specsim.inputs.files import input_file
 from specsim.inputs.tables import CsvTable, check_rows, float_column, int_column, require_columns
+from specsim.limits import MAX_LENGTH_TOKENS, MAX_REQUESTS
 from specsim.rng import ARRIVALS, LENGTHS, stream
 
 DEFAULT_MAX_BATCH = 256  # open-loop batch cap when SimConfig.max_batch is not set
 REPLAY_COLUMNS = ("arrival_s", "prompt_len", "output_len")
 MAX_ARRIVAL_S = 1e9  # ~32 years: beyond it float64 seconds lose the sub-microsecond steps of a pass
-MAX_LENGTH = 10_000_000  # SimConfig's bound on prompt_len / output_len
-MAX_REPLAY_ROWS = 10_000_000  # SimConfig's bound on requests
+MAX_LENGTH = MAX_LENGTH_TOKENS  # SimConfig's bound on prompt_len / output_len
+MAX_REPLAY_ROWS = MAX_REQUESTS  # SimConfig's bound on requests
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any
 
-from specsim.engine.acceptance import GAMMA_CAP
+from specsim.limits import GAMMA_CAP, MAX_TP
 from specsim.errors import ConfigError
 from specsim.methods import METHODS
 
@@ -106,7 +106,7 @@ def read(text: str | dict, flag: str = FLAG, extra_keys: tuple[str, ...] = (), t
         raise ConfigError("method draft_model needs its draft model", field=f"{flag}.model",
                           allowed="a model profile name, TOML path or repo id, e.g. llama-3.2-1b")
     for key, fld, hi in (("num_speculative_tokens", "gamma", GAMMA_CAP), ("draft_tensor_parallel_size",
-                                                                          "draft_tp", 1024)):
+                                                                          "draft_tp", MAX_TP)):
         v = _int(data, key, 1, hi, flag)
         if v is not None:
             out[fld] = v

@@ -32,9 +32,10 @@ from functools import cached_property
 import numpy as np
 
 from specsim.errors import ConfigError
+from specsim.limits import GAMMA_CAP
 
 MAX_TREE_NODES = 1024  # far above shipped trees (EAGLE's default 26 nodes, Medusa's 63; EAGLE-2 60)
-MAX_TREE_DEPTH = 64  # the γ cap (engine.acceptance.GAMMA_CAP): a tree's depth is its γ
+MAX_TREE_DEPTH = GAMMA_CAP  # a tree's depth is its γ
 MAX_RANK = 1024
 FIELD = "speculative_token_tree"
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from specsim.engine.acceptance import GAMMA_CAP
+from specsim.limits import GAMMA_CAP
 from specsim.errors import ConfigError
 from specsim.theory import expected_tokens
 from specsim.traces.format import Trace

@@ -23,11 +23,12 @@ from functools import lru_cache
 import numpy as np
 
 from specsim.engine.policies.base import Baseline, Policy, averaged_baseline, constant_baseline
+from specsim.limits import MAX_BATCH
 
 ADVICE_REQUESTS = 64  # requests per choose-draft point when the bands come from its advice (see the docstring)
 
 
-LARGEST_LIVE_BATCH = 4096  # SimConfig bounds batch and max_batch at 4096: no replica's live batch is larger
+LARGEST_LIVE_BATCH = MAX_BATCH  # SimConfig bounds batch and max_batch by it: no replica's live batch is larger
 
 
 class BandsPolicy(Policy):
