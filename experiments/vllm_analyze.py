@@ -206,13 +206,15 @@ def _probes(runs: list[dict]) -> list[dict]:
 
 
 def join_lag(runs: list[dict]) -> dict:
-    """Steps between a request's addition and its first step, less one, as the offline harness recorded them
-    (the prediction assumes 1 while the engine is busy: vllm_runs.JOIN_LAG_STEPS)."""
+    """Steps between a request's addition and its first step, less one, as the offline harness recorded them: for
+    requests added while others were in flight (each run's prediction uses its own median, vllm_runs.run_config;
+    1 is assumed where a run recorded none) and for those added to an idle engine."""
     busy, idle = [], []
     for r in runs:
-        for a, f in zip(r.get("added_step") or [], r.get("first_scheduled_step") or []):
+        for a, f, b in zip(r.get("added_step") or [], r.get("first_scheduled_step") or [],
+                           r.get("inflight_at_add") or []):
             if f is not None:
-                (busy if a > 0 else idle).append(f - a - 1)
+                (busy if a > 0 and b else idle).append(f - a - 1)
     return {"busy_median": float(np.median(busy)) if busy else None, "busy_n": len(busy),
             "at_start_median": float(np.median(idle)) if idle else None, "at_start_n": len(idle)}
 

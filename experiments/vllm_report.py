@@ -132,8 +132,9 @@ def _head(out: Path, res: dict) -> list[str]:
     jl = res.get("join_lag_steps") or {}
     if jl.get("busy_n"):
         L.append(f"- measured join lag (steps between adding a request and its first step, less one): median "
-                 f"{jl['busy_median']:g} over {jl['busy_n']} requests added while the engine was busy (the "
-                 f"prediction assumes 1), {jl['at_start_median']} over {jl['at_start_n']} added before the first step")
+                 f"{jl['busy_median']:g} over {jl['busy_n']} requests added while others were in flight (each "
+                 f"run is predicted with its own), {jl['at_start_median']} over {jl['at_start_n']} added to an idle "
+                 f"engine (predicted as 0)")
     if res.get("probes"):
         L.append("- host-speed probe before each session (a fixed numpy loop; the engine's median step on one fixed "
                  "request), reported, never used to correct a figure: " +

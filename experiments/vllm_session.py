@@ -167,7 +167,8 @@ def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
         budget_set = ses.rec.sched.max_num_scheduled_tokens
         ses.rec.sched.max_num_scheduled_tokens = pt["budget"]
     p = ses.params(out_len)
-    R = {"t_add": {}, "added_step": {}, "times": {}, "seen": {}, "prompt": {}, "first_step": {}, "spec": {}}
+    R = {"t_add": {}, "added_step": {}, "times": {}, "seen": {}, "prompt": {}, "first_step": {}, "spec": {},
+         "busy": {}, "finished": set()}
     steps, t0, nxt, done = [], time.perf_counter(), 0, 0
 
     ses.points += 1
@@ -175,6 +176,7 @@ def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
     def add(i):
         ses.engine.add_request(f"{i}-p{ses.points}", texts[i], p)  # unique per point; _rid reads i back
         R["t_add"][i], R["added_step"][i], R["times"][i], R["seen"][i] = time.perf_counter() - t0, ses.nstep, [], 0
+        R["busy"][i] = len(R["t_add"]) - 1 - len(R["finished"])  # requests in flight when it was added
         R["spec"][i] = ([], [])
 
     if arr is None:
@@ -225,6 +227,8 @@ def _collect(R: dict, o, t_end: float, drafts: dict | None, k: int) -> int:
             R["spec"][i][0].append(int(d))
             R["spec"][i][1].append(max(0, min(int(d), new - 1)))
         R["seen"][i] = ntok
+    if o.finished:
+        R["finished"].add(i)
     return int(bool(o.finished))
 
 
@@ -239,7 +243,7 @@ def _bench(R: dict, n: int, steps: list, dur: float, arr) -> dict:
          "ttfts": [f - a for f, a in zip(first, t_add)], "latencies": [e - a for e, a in zip(last, t_add)],
          "itls": [list(np.diff(R["times"][i])) for i in range(n)],
          "start_times": (list(arr) if arr is not None else t_add.tolist()), "errors": [""] * n,
-         "added_step": [R["added_step"][i] for i in range(n)],
+         "added_step": [R["added_step"][i] for i in range(n)], "inflight_at_add": [R["busy"][i] for i in range(n)],
          "first_scheduled_step": [R["first_step"].get(i) for i in range(n)], "steps": steps}
     spec = [{"per_step_drafted": R["spec"][i][0], "per_step_accepted": R["spec"][i][1]} for i in range(n)]
     if any(sum(s["per_step_drafted"]) for s in spec):

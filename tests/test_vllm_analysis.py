@@ -231,7 +231,12 @@ def test_harness_records_steps_and_acceptance_the_analysis_reads():
     assert st[1]["gen_requests"] == 2 and st[1]["gen_tokens"] == 8 and st[1]["kv_ctx_tokens"] == 17
     assert d["added_step"] == [0, 0, d["added_step"][2]] and d["added_step"][2] > 0
     assert d["first_scheduled_step"][2] == d["added_step"][2] + 1  # this fake engine takes it in the next step
+    assert d["inflight_at_add"] == [0, 1, 1]  # the third joins while the second still runs
     assert va.join_lag([d]) == {"busy_median": 0.0, "busy_n": 1, "at_start_median": 0.0, "at_start_n": 2}
+    d["config"] = {"arrival": "offline", "concurrency": 2}
+    assert (vrun.run_config(d)["join_lag_steps"], vrun.run_config(d)["join_lag_source"]) == (0, "measured")
+    d["first_scheduled_step"][2] += 1  # an engine that takes it one step late: the run says so, the model follows
+    assert vrun.run_config(d)["join_lag_steps"] == 1
 
 
 def test_harness_chunk_sweep_lowers_the_budget_and_records_a_plain_run():

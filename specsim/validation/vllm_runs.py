@@ -52,8 +52,19 @@ def run_config(run: dict, where: str = "run") -> dict:
     if cfg["loop"] == "closed" and not (isinstance(cfg.get("concurrency"), int) and cfg["concurrency"] >= 1):
         raise ConfigError("a closed loop needs its concurrency", file=where, field="config.concurrency",
                           value=cfg.get("concurrency"), allowed="an integer >= 1")
-    cfg["join_lag_steps"] = JOIN_LAG_STEPS[cfg["arrival"]]
+    lag = measured_join_lag(run)
+    cfg["join_lag_steps"] = JOIN_LAG_STEPS[cfg["arrival"]] if lag is None else lag
+    cfg["join_lag_source"] = "assumed" if lag is None else "measured"
     return cfg
+
+
+def measured_join_lag(run: dict) -> int | None:
+    """Steps a request added while others were in flight (after the first step) waited beyond the next step (the
+    median, rounded), from the harness's added_step / first_scheduled_step / inflight_at_add; None where the run
+    did not record them."""
+    lags = [f - a - 1 for a, f, b in zip(run.get("added_step") or [], run.get("first_scheduled_step") or [],
+                                         run.get("inflight_at_add") or []) if f is not None and a > 0 and b]
+    return max(0, int(round(float(np.median(lags))))) if lags else None
 
 
 def variant(cfg: dict) -> str:
