@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specsim.cost import measured_stack as ms  # noqa: E402
 from specsim.methods import heads  # noqa: E402
 from specsim.profiles import loader  # noqa: E402
-from specsim.profiles.deployment import Deployment  # noqa: E402
+from specsim.setup.deployment import Deployment  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
 HW, TARGET = "h100-sxm", "llama-3.1-8b"

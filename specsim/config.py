@@ -40,7 +40,7 @@ class _Group(BaseModel):
 
 
 class DeploymentConfig(_Group):
-    """What runs where, and how its passes are priced (resolved by `specsim.profiles.deployment.Deployment`)."""
+    """What runs where, and how its passes are priced (resolved by `specsim.setup.deployment.Deployment`)."""
 
     hardware: str = Field(description="hardware profile name or TOML path")
     target: str = Field(description="target model profile name or TOML path")

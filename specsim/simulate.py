@@ -32,7 +32,7 @@ from specsim.engine.metrics import Records, acceptance_metrics, latency_metrics,
 from specsim.engine.policies import make_policy
 from specsim.cost.steptime import StepCosts
 from specsim.engine.workload import Workload, build_workload
-from specsim.profiles.deployment import Deployment
+from specsim.setup.deployment import Deployment
 
 
 def make_config(**kwargs) -> SimConfig:

@@ -44,14 +44,8 @@ ALLOWLIST: set[tuple[str, str]] = {
     ("specsim.config", "specsim.methods.heads"),
     ("specsim.config", "specsim.methods.spec_config"),
     ("specsim.config", "specsim.methods.tree_config"),
-    # profiles/deployment.py assembles cost models and method heads: it is setup, not a profile
-    ("specsim.profiles.deployment", "specsim.cost.kernels_db"),
-    ("specsim.profiles.deployment", "specsim.cost.measured"),
-    ("specsim.profiles.deployment", "specsim.cost.measured_stack"),
-    ("specsim.profiles.deployment", "specsim.cost.roofline"),
-    ("specsim.profiles.deployment", "specsim.cost.steptime"),
-    ("specsim.profiles.deployment", "specsim.methods"),
-    ("specsim.profiles.deployment", "specsim.methods.heads"),
+    # power calibration resolves a whole deployment (roofline or measured kernels) to price a measured power row
+    ("specsim.cost.power_fit", "specsim.setup.deployment"),
     # the measured stack prices heads and builds step costs from engine code
     ("specsim.cost.measured_stack", "specsim.engine.engine_profiles.step_costs"),
     ("specsim.cost.measured_stack", "specsim.methods"),

@@ -102,7 +102,7 @@ def test_every_flag_a_config_error_names_is_a_simulate_option(kw):
 def test_engine_messages_name_real_flags():
     """The flags written into the engine's and the cost path's messages exist (scanned from the source)."""
     files = [*REPO.glob("specsim/engine/**/*.py"), REPO / "specsim/simulate.py", REPO / "specsim/config.py",
-             REPO / "specsim/profiles/deployment.py"]
+             REPO / "specsim/setup/deployment.py"]
     found = {f for p in files for f in FLAG.findall(p.read_text())} - {"--field-name",  # a docstring's pattern
                                                                       "--routing-logic"}  # vLLM router's, cited
     assert found and found <= _simulate_options(), found - _simulate_options()

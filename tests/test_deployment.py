@@ -1,4 +1,4 @@
-"""`specsim.profiles.deployment.Deployment`: profiles resolved once, one stack rule for every command, one c."""
+"""`specsim.setup.deployment.Deployment`: profiles resolved once, one stack rule for every command, one c."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from specsim import profiles as prof
 from specsim.cli import main
 from specsim.errors import ConfigError
-from specsim.profiles.deployment import Deployment, resolve_stack
+from specsim.setup.deployment import Deployment, resolve_stack
 from specsim.simulate import make_config, run
 from specsim.sweep.grid import digest
 

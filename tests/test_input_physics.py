@@ -27,7 +27,7 @@ from specsim.inputs.tables import RISE_TOLERANCE
 from specsim.methods import heads
 from specsim.methods.tree import parse_tree
 from specsim.methods.tree_config import tree_setup
-from specsim.profiles.deployment import Deployment
+from specsim.setup.deployment import Deployment
 from specsim.profiles.schema import ModelProfile
 from specsim.validation import vllm_outputs as vr
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import cli_capsys
 
 from specsim.cost.roofline import CostModel
-from specsim.profiles.deployment import Deployment
+from specsim.setup.deployment import Deployment
 from specsim.simulate import make_config, run
 
 PAIR = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", alpha=0.8, gamma=4)

@@ -20,7 +20,7 @@ from aiconfigurator_core.sdk.engine import EngineHandle  # noqa: E402
 from specsim.cost import kernels_db as kd  # noqa: E402
 from specsim.cost import measured_stack as ms  # noqa: E402
 from specsim.errors import ConfigError  # noqa: E402
-from specsim.profiles.deployment import Deployment  # noqa: E402
+from specsim.setup.deployment import Deployment  # noqa: E402
 
 SETUPS = [("llama-3.1-8b", 1, "meta-llama/Meta-Llama-3.1-8B", {}),
           ("llama-3.1-70b", 4, "meta-llama/Meta-Llama-3.1-70B", {}),

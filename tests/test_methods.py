@@ -12,7 +12,7 @@ from specsim.config import SimConfig
 from specsim.cost.roofline import CostModel
 from specsim.cost.steptime import StepCosts
 from specsim.methods.heads import HEAD_DIR, head
-from specsim.profiles.deployment import Deployment
+from specsim.setup.deployment import Deployment
 from specsim.simulate import make_config, run as simulate_run
 
 H100 = dict(hardware="h100-sxm", target="llama-3.1-8b")

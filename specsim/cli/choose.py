@@ -9,7 +9,7 @@ import typer
 from specsim.cli.output import emit_json
 from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError, check_range
-from specsim.profiles.deployment import STACK_HELP
+from specsim.setup.deployment import STACK_HELP
 
 MAX_LEN = 10_000_000  # as SimConfig's prompt_len / output_len
 MAX_REQUESTS = 1_000_000  # per simulated point, and every γ of every load point runs that many
@@ -163,7 +163,8 @@ def _print_human(res: dict) -> None:
             if not p["fits"]:
                 t.add_row(fmt(p["load"]), "", "does not fit", *[""] * (len(cols) - 3))
                 continue
-            row = [p["load"], p["recommended_gamma"] or "off", p["best_speedup"], p["speedup_eq5_at_best"],
+            row = [p["load"], p["recommended_gamma"] or "off", p["speedup_at_recommended"],
+                   p["speedup_eq5_at_recommended"],
                    p["tokens_per_target_run"], p["tokens_per_target_run_eq1"], p["c_at_batch"]]
             if wide:
                 row.append(" ".join(f"{s:.2f}" for s in p["speedup_by_gamma"]))
@@ -175,6 +176,10 @@ def _print_human(res: dict) -> None:
     typer.echo("recommendation: " + res["recommendation"]["text"])
     if res["recommendation"].get("why"):
         typer.echo("why: " + res["recommendation"]["why"])
+    from specsim.studies.schedule import config_lines
+
+    for line in config_lines(res):  # the schedule as vLLM's and TensorRT-LLM's configs
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

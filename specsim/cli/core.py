@@ -10,7 +10,7 @@ from specsim import profiles as prof
 from specsim.cli.output import emit_json, table
 from specsim.cli.parse import int_list
 from specsim.errors import ConfigError, check_range
-from specsim.profiles.deployment import STACK_HELP
+from specsim.setup.deployment import STACK_HELP
 
 # Bounds of the numeric options (each refused in one line beyond them): a cost ratio c above 1e6 or a γ above 1e6
 # is a typo, not a question; a batch or context beyond these is no device's.
@@ -129,7 +129,7 @@ def roofline_cmd(
     """Pass time against positions for one model on one device (the paper's Figure 1)."""
     from specsim.cost.power import pass_power_w
     from specsim.cost.roofline import check_fits
-    from specsim.profiles.deployment import Deployment
+    from specsim.setup.deployment import Deployment
 
     check_range("--batch", batch, lo=1, hi=MAX_BATCH)
     check_range("--context", context, lo=0, hi=MAX_CONTEXT)

@@ -41,7 +41,7 @@ def calibrate_power(
     from specsim.errors import ConfigError, check_range
     from specsim.inputs.files import input_file, output_file
     from specsim.profiles import loader
-    from specsim.profiles.deployment import load_profile
+    from specsim.setup.deployment import load_profile
 
     check_range("--prompt-len", prompt_len, lo=1, hi=10_000_000)
     check_range("--output-len", output_len, lo=1, hi=10_000_000)

@@ -16,7 +16,7 @@ from specsim.cli.output import emit_json, table
 from specsim.cli.parse import int_list as _ints
 from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError
-from specsim.profiles.deployment import load_profile, resolve_stack
+from specsim.setup.deployment import load_profile, resolve_stack
 
 
 def _log(json_out: bool):

@@ -60,7 +60,7 @@ class RowParts:
 
 def row_parts(row: PowerRow) -> RowParts:
     """The row's decode pass and its prefill share, priced by the cost model (module docstring)."""
-    from specsim.profiles.deployment import Deployment
+    from specsim.setup.deployment import Deployment
 
     dep = Deployment.resolve(row.gpu, row.model, stack=row.stack, tp=row.tp)  # roofline or measured kernels alike
     hw, cm = dep.hardware, dep.cost_models[0]

@@ -296,7 +296,7 @@ def analyze_pair(grid: dict, measured: dict, trace, prompt_lens: Sequence[int], 
            "calibration_points": fits["calibrated"].rows() if fits else None, "grid": grid}
     for m in FITTED_MODES:  # calibration, calibration_multi_row, calibration_serial: the fits' summaries
         out["calibration" + m.removeprefix("calibrated")] = fits[m].summary() if fits else None
-    from specsim.profiles.deployment import Deployment  # the one place a setup becomes cost models
+    from specsim.setup.deployment import Deployment  # the one place a setup becomes cost models
 
     dep = Deployment(hardware, st, target_profile, draft_profile)
     modes = {"calibrated": dep.cost_models if draft_profile is not None else (dep.cost_models[0], meas_d)}

@@ -5,12 +5,16 @@ For every draft (α given as a number, or a β trace whose α *and clustering* a
 is run at each γ in 1..gamma_max against the paired no-speculation baseline. Per load point:
 - best γ = the smallest γ whose simulated speedup is within GAMMA_TOLERANCE (2%) of the largest one (near the
   optimum the curve is flat and a finite run's noise would otherwise flip γ between neighbours; a shorter draft
-  wastes less work); recommended γ = best γ if its speedup is > 1, else 0 (speculation off), where the realized
-  speedup is 1.0 (else it is the largest simulated speedup at that load);
+  wastes less work), and each γ's speedup carries its noise (`speedup_noise_by_gamma`, one standard error);
+- recommended γ = the schedule over the load points (`specsim.studies.schedule.monotone`): never rising with load,
+  a band boundary moved only where the speedup difference exceeds the noise, 0 (off) from the first load where
+  no allowed γ gives a speedup > 1; the realized speedup is the simulated one at that γ (1.0 when off);
 - bands = contiguous runs of load points sharing the recommended γ, in the shape of vLLM's
   `num_speculative_tokens_per_batch_size` (batch mode: band [min, max] holds every integer batch size from its
   first measured point up to the next band's first point − 1; the last band ends at the largest measured point —
-  nothing beyond the range is predicted; rate mode: the same with rates, max exclusive except for the last band);
+  nothing beyond the range is predicted; rate mode: the same with rates, max exclusive except for the last band),
+  and in batch mode also as the configs an engine takes (`engine_configs`: vLLM's per-band --speculative-config
+  and specsim's bands policy, TensorRT-LLM's draft_len_schedule; `specsim.studies.schedule`);
 - break-even load = the smallest measured load where no γ gives speedup ≥ 1 (None = none within the range);
   `why` (batch mode, present only then) = one line from `specsim.cost.explain` at the break-even batch, or for a
   mixture-of-experts target at the first batch: draft cost, compute-bound verification or experts woken.
@@ -34,11 +38,12 @@ import numpy as np
 
 from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError, DoesNotFitError
-from specsim.profiles.deployment import Deployment, load_profile
+from specsim.setup.deployment import Deployment, load_profile
+from specsim.studies import schedule
+from specsim.studies.schedule import GAMMA_TOLERANCE  # noqa: F401  (the rule's tolerance, used by the studies)
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_GAMMA_MAX = 8
-GAMMA_TOLERANCE = 0.02  # prefer the smallest γ within 2% of the best simulated speedup
 _FORMAT = "NAME:ALPHA (ALPHA in [0, 1)) or NAME:TRACE_FILE (.parquet, .pq, .csv)"
 
 
@@ -168,22 +173,23 @@ def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int
         r = run(make_config(**kw))
         by_gamma.append(r)
     s = np.array([r["speedup"] for r in by_gamma], dtype=float)
-    ok = s >= s.max() * (1.0 - GAMMA_TOLERANCE)
+    sd = [schedule.speedup_noise(r) for r in by_gamma]
+    top = int(np.argmax(s))
+    ok = np.array([x >= s[top] - schedule.tolerance(s[top], e, sd[top]) for x, e in zip(s, sd)])
     if s.max() > 1.0:
         ok &= s > 1.0  # never let the tolerance switch a speedup into a slowdown
     i = int(np.flatnonzero(ok)[0])
     best = by_gamma[i]
     g_best = int(best["gamma"])
-    rec = g_best if s[i] > 1.0 else 0
     mine = {} if spec.configured_gamma is None else \
         {"speedup_at_configured_gamma": float(s[0] if spec.tree is not None else s[spec.configured_gamma - 1])}
     return {**mine, "load": load, "fits": True, "best_gamma": g_best, "best_speedup": float(s[i]),
-            "recommended_gamma": rec, "realized_speedup": float(s.max()) if rec else 1.0,
             "max_speedup": float(s.max()), "speedup_eq5_at_best": best["speedup_eq5"],
             "tokens_per_target_run": best["tokens_per_target_run"],
             "tokens_per_target_run_eq1": best["tokens_per_target_run_eq1"],
             "clustering_delta": best["clustering_delta"], "c": best["c"], "c_at_batch": best["c_at_batch"],
             "speedup_by_gamma": [float(x) for x in s],
+            "speedup_noise_by_gamma": sd,
             "speedup_eq5_by_gamma": [float(r["speedup_eq5"]) for r in by_gamma], "engine": best["engine"]}
 
 
@@ -244,6 +250,7 @@ def choose_draft(hardware: str, target: str, drafts, *, batches=None, rates=None
            "seed": int(seed), "drafts": rows, "ranking": [r["draft"] for r in order]}
     out["recommendation"] = {"draft": best["draft"], "spec": best["spec"], "bands": best["bands"],
                              "break_even": best["break_even"], "mean_realized_speedup": best["mean_realized_speedup"],
+                             "engine_configs": best["engine_configs"],
                              "text": recommendation_text(best, kind, loads)}
     if best.get("why"):
         out["recommendation"]["why"] = best["why"]
@@ -283,6 +290,12 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
             progress(spec.model, load)
         points.append(_simulate_point(dict(base, requests=_requests_for(kind, load, requests)), spec, kind,
                                       load, gamma_max))
+    for p, g in zip(points, schedule.monotone(points)):
+        p["recommended_gamma"], p["realized_speedup"] = g, schedule.scheduled_speedup(p, g)
+        if p["fits"]:  # what the table shows: the figures at the scheduled γ (at the best γ where it is off)
+            j = schedule.index_of(p, g or p["best_gamma"])
+            p["speedup_at_recommended"] = p["speedup_by_gamma"][j]
+            p["speedup_eq5_at_recommended"] = p["speedup_eq5_by_gamma"][j]
     sims = [p for p in points if p["fits"]]
     below = [p["load"] for p in sims if p["max_speedup"] < 1.0]
     name = spec.model if spec.tree is None else f"{spec.model} ({spec.tree_nodes()}-node tree)"
@@ -298,6 +311,7 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
            "c": sims[0]["c"] if sims else None,
            "clustering_delta": sims[0]["clustering_delta"] if sims else None}
     row["bands_text"] = bands_text(row["bands"], kind)
+    row["engine_configs"] = schedule.engine_configs(dict(row, draft_tp=spec.draft_tp), dep.target.name, kind)
     why = _why(dep, kind, points, spec.alpha, prompt_len)
     if why:  # only then: a dense target that wins everywhere keeps its output as it was
         row["why"] = why
@@ -349,7 +363,7 @@ def recommendation_text(row: dict, kind: str, loads: list) -> str:
     unit = "batch" if kind == "batch" else "rate"
     head = f"use {row['draft']} (α={row['alpha']:.3g})"
     if p0["fits"] and p0["recommended_gamma"]:
-        head += f": {p0['best_speedup']:.2f}× at {unit} {loads[0]:g} with γ={p0['recommended_gamma']}"
+        head += f": {p0['realized_speedup']:.2f}× at {unit} {loads[0]:g} with γ={p0['recommended_gamma']}"
     be = f"break-even {unit} {row['break_even']:g}" if row["break_even"] is not None else \
         f"break-even {unit}: none within the range (≤ {loads[-1]:g})"
     return f"{head}; {bands_text(row['bands'], kind)}; {be}"

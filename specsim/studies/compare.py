@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specsim import theory as th
-from specsim.profiles.deployment import Deployment
+from specsim.setup.deployment import Deployment
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from specsim.config import FLAT_FIELDS, RuleViolation, SimConfig, field_of_loc
 from specsim.errors import ConfigError, SpecsimError
-from specsim.profiles.deployment import Deployment, load_profile, resolve_stack
+from specsim.setup.deployment import Deployment, load_profile, resolve_stack
 from specsim.sweep.grid import DATA_FIELDS, Grid, canonical_json, digest, source_label, sources
 from specsim.sweep.values import rule, shown
 

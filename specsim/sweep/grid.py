@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from specsim.config import FLAT_FIELDS, SimConfig
-from specsim.profiles.deployment import file_digest, load_profile, profile_digest, resolve_stack
+from specsim.setup.deployment import file_digest, load_profile, profile_digest, resolve_stack
 
 # SimConfig fields naming data files a point reads (besides the profiles); content-hashed into the point ids
 DATA_FIELDS = tuple(f for f in ("trace", "arrivals_csv", "measured_target", "measured_draft", "step_table_target",
@@ -63,7 +63,7 @@ def source_label(key: tuple[str, str]) -> str:
 
 def digest(key: tuple[str, str]) -> str:
     """Content hash of one source: a profile as loaded (what the simulation uses), a data file's bytes — the
-    hashing of `specsim.profiles.deployment` (`profile_digest`, `file_digest`), whose stack rule picks the default."""
+    hashing of `specsim.setup.deployment` (`profile_digest`, `file_digest`), whose stack rule picks the default."""
     kind, name = key
     if kind == "file":
         return file_digest(name)
