@@ -114,8 +114,8 @@ def method_rules(cfg) -> None:
 
 
 def check_bands(bands) -> None:
-    """vLLM-style γ bands: each [start, end, γ] with 1 <= start <= end and 1 <= γ <= GAMMA_CAP, ascending and
-    disjoint."""
+    """vLLM-style γ bands: each [start, end, γ] with 1 <= start <= end and 0 <= γ <= GAMMA_CAP (0 = off, as in
+    choose-draft's schedule: plain decode steps), ascending and disjoint."""
     field = "num_speculative_tokens_per_batch_size"
     if not bands:
         raise RuleViolation("{0} is empty; give at least one [start, end, γ]", field)
@@ -124,8 +124,8 @@ def check_bands(bands) -> None:
         band = f"band [{start}, {end}, {gamma}]"
         if not 1 <= start <= end:
             raise RuleViolation("{0}: {band}: need 1 <= start <= end", field, band=band)
-        if not 1 <= gamma <= GAMMA_CAP:
-            raise RuleViolation("{0}: {band}: γ must be in 1..{cap}", field, band=band, cap=GAMMA_CAP)
+        if not 0 <= gamma <= GAMMA_CAP:
+            raise RuleViolation("{0}: {band}: γ must be in 0..{cap} (0 = off)", field, band=band, cap=GAMMA_CAP)
         if start <= prev_end:
             raise RuleViolation("{0}: {band} overlaps or precedes the band before it", field, band=band)
         prev_end = end

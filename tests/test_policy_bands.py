@@ -130,8 +130,8 @@ def test_simulate_policy_bands_end_to_end_through_the_cli(capsys):
 @pytest.mark.parametrize("bands, needle", [
     ("[[1,4,5],[4,64,2]]", "overlaps"),
     ("[[5,4,2]]", "start <= end"),
-    ("[[1,4,0]]", "1..64"),
-    ("[[1,4,65]]", "1..64"),
+    ("[[1,4,-1]]", "0..64"),
+    ("[[1,4,65]]", "0..64"),
     ("[]", "empty"),
     ("[[1,4]]", "--num-speculative-tokens-per-batch-size"),
     ("[[1,4,5]", "not valid JSON"),

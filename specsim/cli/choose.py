@@ -170,16 +170,16 @@ def _print_human(res: dict) -> None:
                 row.append(" ".join(f"{s:.2f}" for s in p["speedup_by_gamma"]))
             t.add_row(*[fmt(v) for v in row])
         console.print(t)
+    from specsim.studies.schedule import config_lines
+
+    for line in config_lines(res):  # the schedule as vLLM's and TensorRT-LLM's configs
+        typer.echo(line)
     order = sorted((d for d in res["drafts"] if d["rank"]), key=lambda r: r["rank"])
     typer.echo(f"ranking (realized speedup averaged over the {kind} points): "
                + ", ".join(f"{d['rank']}. {d['draft']} {d['mean_realized_speedup']:.2f}×" for d in order))
     typer.echo("recommendation: " + res["recommendation"]["text"])
     if res["recommendation"].get("why"):
         typer.echo("why: " + res["recommendation"]["why"])
-    from specsim.studies.schedule import config_lines
-
-    for line in config_lines(res):  # the schedule as vLLM's and TensorRT-LLM's configs
-        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:
