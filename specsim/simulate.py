@@ -24,15 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
-from specsim.engine import engine_profiles
-from specsim.engine.acceptance import Acceptance
 from specsim.config import RuleViolation, SimConfig, field_of_loc, flag
-from specsim.errors import ConfigError
-from specsim.engine.metrics import Records, acceptance_metrics, latency_metrics, step_metrics, utilisation
-from specsim.engine.policies import make_policy
 from specsim.cost.steptime import StepCosts
-from specsim.engine.workload import Workload, build_workload
+from specsim.engine.metrics import Records, acceptance_metrics, latency_metrics, step_metrics, utilisation
+from specsim.engine.workload import Workload
+from specsim.errors import ConfigError
 from specsim.setup.deployment import Deployment
+from specsim.setup.run import resolve, step_costs
 
 
 def make_config(**kwargs) -> SimConfig:
@@ -63,43 +61,16 @@ class SimResult:
     baseline: Records
 
 
-def _costs(cfg: SimConfig) -> tuple[StepCosts, Deployment | None]:
-    """Step costs and the resolved deployment (None under fixed_c: no profile is read then)."""
-    from specsim import methods
-    from specsim.methods.tree_config import from_config as tree_of
-
-    d = cfg.deployment
-    if d.fixed_c is not None:
-        return StepCosts(None, None, d.fixed_c), None
-    dep = Deployment.from_config(cfg)
-    setup = tree_of(cfg)
-    tree = None if setup is None or setup.tree.is_chain else setup.tree  # a width-1 tree is priced as the chain
-    if cfg.speculation.method == "draft_model":  # today's path, untouched
-        return StepCosts(*dep.cost_models, draft_catchup=d.draft_catchup, tree=tree), dep
-    method = methods.get(cfg.speculation.method)
-    method.check(cfg.speculation.gamma, dep.draft)
-    return StepCosts(*dep.cost_models, method=method, gamma=cfg.speculation.gamma, tree=tree), dep
+_costs = step_costs  # kept under its old name for tests and experiments
 
 
 def simulate(cfg: SimConfig) -> SimResult:
-    wl = build_workload(cfg)
-    acc = Acceptance.from_config(cfg)
-    costs, dep = _costs(cfg)
-    c = costs.derived_c(cfg.workload.prompt_len)
-    policy = make_policy(cfg.speculation.policy, cfg.speculation.gamma, acc.alpha, c, cfg)
-    target, draft = dep.cost_models if dep is not None else (None, None)
-    peak_bw, peak_fl = (dep.peak_bytes_s, dep.peak_flops) if dep is not None else (None, None)
-    mem_spec = mem_base = None
-    if dep is not None:
-        # KV slots the verification writes per request: γ + 1, or a tree's nodes + 1
-        dep.check_context(wl.prompt_len, wl.output_len)  # prompt + output within the models' positions
-        mem_spec, mem_base = dep.memory(policy.max_gamma + 1 if costs.tree is None else costs.tree.nodes + 1)
-        worst = int(np.argmax(mem_spec.request_bytes(wl.prompt_len, wl.output_len)))
-        mem_spec.check_one(int(wl.prompt_len[worst]), int(wl.output_len[worst]))
-    profile = engine_profiles.get(cfg.engine.engine_profile)
-    spec, base, extra = profile.run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base)
+    s = resolve(cfg)  # everything the run needs, built once (specsim.setup.run)
+    wl, acc, policy, costs, c, dep = s.workload, s.acceptance, s.policy, s.costs, s.c, s.deployment
+    spec, base, extra = s.profile.run(s)
+    peak_bw, peak_fl = s.peaks
     util = [utilisation(r, peak_bw, peak_fl) for r in (spec, base)]  # per-step MBU, MFU: computed once
-    summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem_spec, util)
+    summary = _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, s.mem_spec, util)
     summary.update(_cost_keys(cfg, dep, spec, base, summary, costs, wl))
     summary["engine_profile"] = cfg.engine.engine_profile
     summary.update(_method_keys(cfg, costs))

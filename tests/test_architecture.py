@@ -50,8 +50,9 @@ ALLOWLIST: set[tuple[str, str]] = {
     ("specsim.cost.measured_stack", "specsim.engine.engine_profiles.step_costs"),
     ("specsim.cost.measured_stack", "specsim.methods"),
     ("specsim.cost.measured_stack", "specsim.methods.heads"),
-    # the bands policy runs studies.choose (simulations) for its default bands: setup's job
-    ("specsim.engine.policies.bands", "specsim.studies.choose"),
+    # the bands policy's default bands are a study (choose-draft simulates fixed-γ points, which never need advice):
+    # the setup stage asks for them once, the policy only receives them
+    ("specsim.setup.bands", "specsim.studies.choose"),
 }
 
 

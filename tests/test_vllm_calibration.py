@@ -245,3 +245,17 @@ def test_imported_files_drive_a_simulation(tmp_path, capsys):
     row = json.loads(capsys.readouterr().out)
     assert row["alpha_trace_raw"] == pytest.approx(0.875)  # the trace's mean β: what vLLM accepted, untested as 1
     assert row["baseline_steps"] > 0 and row["throughput_tok_s"] > 0
+
+
+@pytest.mark.parametrize("step", [{"ctx_tokens": 3}, {"ctx_tokens": -1, "gen_tokens": 0, "time_s": 0.1},
+                                  {"ctx_tokens": 1, "gen_tokens": 0, "time_s": "fast"},
+                                  {"ctx_tokens": 1.5, "gen_tokens": 0, "time_s": 0.1}, "not a step"])
+def test_a_malformed_step_is_one_line_naming_it(step):
+    with pytest.raises(ConfigError, match=r"steps\[1\]"):
+        sf.StepSamples.from_steps([{"ctx_tokens": 0, "gen_tokens": 1, "time_s": 0.2}, step], "run.json")
+
+
+def test_the_guard_reads_odd_counters_without_a_traceback():
+    run = _cal()
+    run["config"]["k"], run["spec"]["drafts"] = "3", None  # not counts: the guard does not crash on them
+    assert sf.check_no_speculation(run) is run

@@ -49,9 +49,9 @@ def check_no_speculation(run: dict, where: str = "run") -> dict:
     why = []
     if cfg.get("speculative_config"):
         why.append(("config.speculative_config", cfg["speculative_config"]))
-    if int(cfg.get("k", 0) or 0) > 0:
+    if _positive(cfg.get("k")):
         why.append(("config.k", cfg["k"]))
-    if float(spec.get("drafts", 0) or 0) > 0 or float(spec.get("draft_tokens", 0) or 0) > 0:
+    if _positive(spec.get("drafts")) or _positive(spec.get("draft_tokens")):
         why.append(("spec.drafts", spec.get("drafts")))
     for i, r in enumerate(run.get("request_spec") or []):
         if (r or {}).get("per_step_drafted"):
@@ -69,6 +69,21 @@ def check_no_speculation(run: dict, where: str = "run") -> dict:
     return run
 
 
+def _positive(v) -> bool:
+    """A count that says something was drafted: a number > 0 (anything that is not a number is not a count and is
+    refused where it matters, by vllm_runs.run_config and vllm_outputs.check_counters)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _step_number(s, i: int, key: str, where, integer: bool) -> float:
+    v = s.get(key) if isinstance(s, dict) else None
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or not np.isfinite(v) or v < 0:
+        raise ConfigError(f"a step without a valid {key}", file=where, field=f"steps[{i}].{key}", value=v,
+                          allowed="an integer >= 0" if integer else "seconds >= 0")
+    return float(v)
+
+
 @dataclass
 class StepSamples:
     """Per-step samples of one model served alone: tokens scheduled, time, KV context (NaN where not logged)."""
@@ -81,10 +96,11 @@ class StepSamples:
     def from_steps(cls, steps: list[dict], where: str = "steps") -> StepSamples:
         """From step dicts with ctx_tokens + gen_tokens (the per-step log's prefill and decode tokens), time_s and
         optionally kv_ctx_tokens (the cached tokens the step read)."""
-        tok = np.array([s["ctx_tokens"] + s["gen_tokens"] for s in steps], float)
-        ts = np.array([s["time_s"] for s in steps], float)
-        kv = np.array([s.get("kv_ctx_tokens", np.nan) if s.get("kv_ctx_tokens") is not None else np.nan
-                       for s in steps], float)
+        tok = np.array([_step_number(s, i, "ctx_tokens", where, True) + _step_number(s, i, "gen_tokens", where, True)
+                        for i, s in enumerate(steps)], float)
+        ts = np.array([_step_number(s, i, "time_s", where, False) for i, s in enumerate(steps)], float)
+        kv = np.array([np.nan if s.get("kv_ctx_tokens") is None else _step_number(s, i, "kv_ctx_tokens", where, True)
+                       for i, s in enumerate(steps)], float)
         keep = tok > 0
         if not keep.any():
             raise ConfigError("no steps with tokens to fit", file=where, field="steps", value=len(steps),

@@ -1,7 +1,10 @@
 """Engine profiles: how a serving engine schedules one step — a strategy the user picks (`--engine-profile`).
 
-Each profile is one module with `run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base)` returning
-(speculative Records, baseline Records, extra summary keys); `specsim.simulate` never branches on a profile.
+Each profile is a plugin (`base.EngineProfile`): one module defining `PROFILE`, whose `accepts(cfg)` lists what of a
+config it cannot model (the setup stage refuses the first before building anything), `path(cfg)` the engine it runs
+and why, and `run(setup)` (a resolved `specsim.setup.run.RunSetup`) returns (speculative Records, baseline Records,
+extra summary keys). A new profile is its module, its test, one line in PROFILES and its name in
+`specsim.config.EngineProfile`; `specsim.simulate` and the setup never branch on a profile.
 - `specsim` (`specsim_loop.py`, the default): specsim's own engine — one draft-then-verify iteration over the
   batch, the admitted requests' prefill stalling it (what specsim has always simulated; its executor's loop).
 - `hf-assisted` (`hf_assisted.py`): Hugging Face assisted generation as transformers runs it, batch 1 only —
@@ -14,11 +17,13 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from specsim.engine.engine_profiles.base import EngineProfile
+
 PROFILES = {"specsim": "specsim.engine.engine_profiles.specsim_loop",
             "hf-assisted": "specsim.engine.engine_profiles.hf_assisted",
             "vllm-v1": "specsim.engine.engine_profiles.vllm_v1"}
 
 
-def get(name: str):
-    """The profile module for `name` (SimConfig has already checked that the name is one of PROFILES)."""
-    return import_module(PROFILES[name])
+def get(name: str) -> EngineProfile:
+    """The profile `name` (SimConfig has already checked that the name is one of PROFILES; imported on first use)."""
+    return import_module(PROFILES[name]).PROFILE

@@ -34,25 +34,40 @@ from functools import lru_cache
 import numpy as np
 
 from specsim.engine.acceptance import accepted_in_step
+from specsim.engine.engine_profiles.base import EngineProfile, closed_batch_one
 from specsim.errors import ConfigError
 from specsim.engine.metrics import Records, RequestStep, request_step_columns
 
 
-def _refuse(cfg, wl, costs) -> None:
-    if wl.mode != "closed" or cfg.workload.batch != 1 or cfg.workload.replicas != 1:
-        raise ConfigError("Hugging Face assisted generation runs batch 1 only (transformers raises for "
-                          "batch_size > 1)", field="--engine-profile", value="hf-assisted",
-                          allowed="--batch 1 without --rate / --arrivals / --replicas, or --engine-profile specsim "
-                                  "or vllm-v1")
-    if costs.fixed_c is not None:
-        raise ConfigError("hf-assisted prices real passes (prefill fused into round 1)", field="--fixed-c",
-                          value=cfg.deployment.fixed_c, allowed="unset, or --engine-profile specsim")
-    if cfg.speculation.policy != "fixed":
-        raise ConfigError("the profile runs a constant num_assistant_tokens", field="--policy",
-                          value=cfg.speculation.policy, allowed="fixed")
-    if costs.target.model.architecture != "decoder":
-        raise ConfigError("the hf-assisted profile simulates decoder-only models", field="--target",
-                          value=cfg.deployment.target, allowed="a decoder-only model profile")
+class HfAssisted(EngineProfile):
+    name = "hf-assisted"
+
+    def accepts(self, cfg) -> list[ConfigError]:
+        out = []
+        if not closed_batch_one(cfg):
+            out.append(ConfigError("Hugging Face assisted generation runs batch 1 only (transformers raises for "
+                                   "batch_size > 1)", field="--engine-profile", value="hf-assisted",
+                                   allowed="--batch 1 without --rate / --arrivals / --replicas, or --engine-profile "
+                                           "specsim or vllm-v1"))
+        if cfg.deployment.fixed_c is not None:
+            out.append(ConfigError("hf-assisted prices real passes (prefill fused into round 1)", field="--fixed-c",
+                                   value=cfg.deployment.fixed_c, allowed="unset, or --engine-profile specsim"))
+        if cfg.speculation.policy != "fixed":
+            out.append(ConfigError("the profile runs a constant num_assistant_tokens", field="--policy",
+                                   value=cfg.speculation.policy, allowed="fixed"))
+        return out
+
+    def run(self, setup) -> tuple:
+        costs, wl, cfg = setup.costs, setup.workload, setup.cfg
+        if costs.target.model.architecture != "decoder":  # known only once the profile is read
+            raise ConfigError("the hf-assisted profile simulates decoder-only models", field="--target",
+                              value=cfg.deployment.target, allowed="a decoder-only model profile")
+        t, d = _Passes(costs.target), _Passes(costs.draft)
+        P, out = wl.prompt_len.tolist(), wl.output_len.tolist()
+        spec = [_request(i, P[i], out[i], setup.policy.gamma, t, d, setup.acceptance) for i in range(wl.n)]
+        base = [[t.prompt(P[i]) + (0, 0)] + [t.at(1, P[i] + k - 1) + (0, 0) for k in range(1, out[i])]
+                for i in range(wl.n)]
+        return _records(wl, spec, True), _records(wl, base, False), {"engine": "hf-assisted"}
 
 
 class _Passes:
@@ -124,11 +139,4 @@ def _records(wl, per_req: list, spec: bool) -> Records:
                    step_bytes=np.array(byts), step_flops=np.array(flos), **request_step_columns(rs))
 
 
-def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
-    _refuse(cfg, wl, costs)
-    t, d = _Passes(costs.target), _Passes(costs.draft)
-    P, out = wl.prompt_len.tolist(), wl.output_len.tolist()
-    spec = [_request(i, P[i], out[i], policy.gamma, t, d, acc) for i in range(wl.n)]
-    base = [[t.prompt(P[i]) + (0, 0)] + [t.at(1, P[i] + k - 1) + (0, 0) for k in range(1, out[i])]
-            for i in range(wl.n)]
-    return _records(wl, spec, True), _records(wl, base, False), {"engine": "hf-assisted"}
+PROFILE = HfAssisted()

@@ -10,20 +10,40 @@ validated against (experiments/results/validate_cpu.md). Not a model of a partic
 
 from __future__ import annotations
 
+from specsim.engine.engine_profiles.base import EngineProfile, closed_batch_one
+from specsim.engine.fastpath import run_fast
 from specsim.engine.simpy_engine import run_engine
 from specsim.errors import ConfigError
-from specsim.engine.fastpath import eligible, run_fast
 
 
-def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
-    fast = cfg.engine.engine == "fast" or (cfg.engine.engine == "auto" and eligible(wl, cfg.workload.replicas))
-    if fast:
-        if not eligible(wl, cfg.workload.replicas):
-            raise ConfigError("the fast path simulates closed-loop batch 1 only", field="engine", value="fast",
-                              allowed="simpy or auto, or batch 1 without rate / arrivals_csv / replicas")
-        spec, base = run_fast(wl, costs, acc, policy), run_fast(wl, costs)
-    else:
-        w = cfg.workload
-        spec = run_engine(wl, costs, acc, policy, mem_spec, w.replicas, router=w.router, seed=w.seed)
-        base = run_engine(wl, costs, None, None, mem_base, w.replicas, router=w.router, seed=w.seed)
-    return spec, base, {"engine": "fast" if fast else "simpy"}
+class SpecsimLoop(EngineProfile):
+    name = "specsim"
+
+    def accepts(self, cfg) -> list[ConfigError]:
+        if cfg.engine.engine == "fast" and not closed_batch_one(cfg):
+            return [ConfigError("the fast path simulates closed-loop batch 1 only", field="engine", value="fast",
+                                allowed="simpy or auto, or batch 1 without rate / arrivals_csv / replicas")]
+        return []
+
+    def path(self, cfg) -> tuple[str, str]:
+        if cfg.engine.engine == "fast":
+            return "fast", "engine 'fast' asked for"
+        if cfg.engine.engine == "simpy":
+            return "simpy", "engine 'simpy' asked for"
+        if closed_batch_one(cfg):
+            return "fast", "auto: closed loop, batch 1, one replica (the fast path is exact there)"
+        return "simpy", "auto: batching, arrivals or replicas need the event engine"
+
+    def run(self, setup) -> tuple:
+        s = setup
+        if s.engine_path == "fast":
+            spec, base = run_fast(s.workload, s.costs, s.acceptance, s.policy), run_fast(s.workload, s.costs)
+        else:
+            w = s.cfg.workload
+            spec = run_engine(s.workload, s.costs, s.acceptance, s.policy, s.mem_spec, w.replicas, router=w.router,
+                              seed=w.seed)
+            base = run_engine(s.workload, s.costs, None, None, s.mem_base, w.replicas, router=w.router, seed=w.seed)
+        return spec, base, {"engine": s.engine_path}
+
+
+PROFILE = SpecsimLoop()

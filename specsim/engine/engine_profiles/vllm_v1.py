@@ -9,6 +9,7 @@ several replicas, encoder-decoder models, the fixed-c and measured-grid cost mod
 
 from __future__ import annotations
 
+from specsim.engine.engine_profiles.base import EngineProfile
 from specsim.engine.engine_profiles.step_costs import RooflinePricer, StepTable
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine, pool_blocks
 from specsim.config import flag, vllm_budget_rule
@@ -25,21 +26,39 @@ def default_budget(hardware) -> tuple[int, int]:
     return 2048, 256
 
 
-def _refuse(cfg, wl) -> None:
-    d, w, policy = cfg.deployment, cfg.workload, cfg.speculation.policy
-    bad = [("policy", policy != "fixed", policy, "fixed (vLLM drafts num_speculative_tokens every step)"),
-           ("replicas", w.replicas != 1, w.replicas, "1 (one vLLM engine; run replicas as separate points)"),
-           ("fixed_c", d.fixed_c is not None, d.fixed_c, "unset (vllm-v1 prices ragged steps)"),
-           ("measured_target", d.measured_target is not None, d.measured_target,
-            "unset; give a vLLM step table with --step-table-target"),
-           ("measured_draft", d.measured_draft is not None, d.measured_draft,
-            "unset; give a vLLM step table with --step-table-draft"),
-           ("max_batch", w.max_batch is not None, w.max_batch, "unset; vLLM's cap is --max-num-seqs"),
-           ("draft_catchup", d.draft_catchup, True, "unset (vLLM's draft pass covers the step's tokens)")]
-    for field, is_bad, value, allowed in bad:
-        if is_bad:
-            raise ConfigError("not what the vllm-v1 engine profile models", field=flag(field),
-                              value=value, allowed=allowed)
+class VllmV1(EngineProfile):
+    name = "vllm-v1"
+
+    def accepts(self, cfg) -> list[ConfigError]:
+        d, w, policy = cfg.deployment, cfg.workload, cfg.speculation.policy
+        bad = [("policy", policy != "fixed", policy, "fixed (vLLM drafts num_speculative_tokens every step)"),
+               ("replicas", w.replicas != 1, w.replicas, "1 (one vLLM engine; run replicas as separate points)"),
+               ("fixed_c", d.fixed_c is not None, d.fixed_c, "unset (vllm-v1 prices ragged steps)"),
+               ("measured_target", d.measured_target is not None, d.measured_target,
+                "unset; give a vLLM step table with --step-table-target"),
+               ("measured_draft", d.measured_draft is not None, d.measured_draft,
+                "unset; give a vLLM step table with --step-table-draft"),
+               ("max_batch", w.max_batch is not None, w.max_batch, "unset; vLLM's cap is --max-num-seqs"),
+               ("draft_catchup", d.draft_catchup, True, "unset (vLLM's draft pass covers the step's tokens)")]
+        return [ConfigError("not what the vllm-v1 engine profile models", field=flag(field), value=value,
+                            allowed=allowed) for field, is_bad, value, allowed in bad if is_bad]
+
+    def run(self, setup) -> tuple:
+        cfg, target, draft, wl = setup.cfg, setup.target, setup.draft, setup.workload
+        if target is None or target.model.architecture != "decoder":
+            raise ConfigError("the vllm-v1 profile simulates decoder-only models", field="--target",
+                              value=cfg.deployment.target, allowed="a decoder-only model profile")
+        vc = _config(cfg, target.hardware)
+        tp, dp = _pricer(target, cfg.engine.step_table_target), _pricer(draft, cfg.engine.step_table_draft)
+        spec = VllmV1Engine(wl, vc, tp, dp, setup.acceptance, k=setup.policy.gamma,
+                            blocks=pool_blocks(vc, [target, draft], True))
+        base = VllmV1Engine(wl, vc, tp, None, None, k=0, blocks=pool_blocks(vc, [target, draft], False))
+        rs, rb = spec.run(), base.run()
+        extra = {"engine": "vllm-v1", "engine_profile": "vllm-v1", "max_num_seqs": vc.max_num_seqs,
+                 "max_num_batched_tokens": vc.max_num_batched_tokens, "block_size": vc.block_size,
+                 "num_gpu_blocks": spec.total_blocks, "baseline_num_gpu_blocks": base.total_blocks,
+                 "preemptions": spec.preemptions, "baseline_preemptions": base.preemptions}
+        return rs, rb, extra
 
 
 def _config(cfg, hardware) -> VllmV1Config:
@@ -63,18 +82,4 @@ def _pricer(cm, table_path: str | None):
     return RooflinePricer(cm) if table_path is None else StepTable.read_csv(table_path)
 
 
-def run(cfg, wl, acc, policy, costs, target, draft, mem_spec, mem_base):
-    _refuse(cfg, wl)
-    if target is None or target.model.architecture != "decoder":
-        raise ConfigError("the vllm-v1 profile simulates decoder-only models", field="--target",
-                          value=cfg.deployment.target, allowed="a decoder-only model profile")
-    vc = _config(cfg, target.hardware)
-    tp, dp = _pricer(target, cfg.engine.step_table_target), _pricer(draft, cfg.engine.step_table_draft)
-    spec = VllmV1Engine(wl, vc, tp, dp, acc, k=policy.gamma, blocks=pool_blocks(vc, [target, draft], True))
-    base = VllmV1Engine(wl, vc, tp, None, None, k=0, blocks=pool_blocks(vc, [target, draft], False))
-    rs, rb = spec.run(), base.run()
-    extra = {"engine": "vllm-v1", "engine_profile": "vllm-v1", "max_num_seqs": vc.max_num_seqs,
-             "max_num_batched_tokens": vc.max_num_batched_tokens, "block_size": vc.block_size,
-             "num_gpu_blocks": spec.total_blocks, "baseline_num_gpu_blocks": base.total_blocks,
-             "preemptions": spec.preemptions, "baseline_preemptions": base.preemptions}
-    return rs, rb, extra
+PROFILE = VllmV1()

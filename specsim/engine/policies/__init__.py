@@ -28,11 +28,12 @@ __all__ = ["POLICIES", "Baseline", "BandsPolicy", "FixedPolicy", "HeuristicPolic
            "Policy", "Step", "heuristic_schedule", "make_policy"]
 
 
-def make_policy(name: str, gamma: int, alpha: float, c: float, cfg=None) -> Policy:
-    """The policy `name` for a run: the configured γ, the run's α (after lenience), the derived c, and the
-    SimConfig (for what a policy reads beyond those, e.g. the bands)."""
+def make_policy(name: str, gamma: int, alpha: float, c: float, cfg=None, **resolved) -> Policy:
+    """The policy `name` for a run: the configured γ, the run's α (after lenience), the derived c, the SimConfig
+    (for what a policy reads beyond those, e.g. given bands) and what the setup stage worked out for it
+    (`resolved`: `specsim.setup.run.POLICY_INPUTS`, e.g. the bands choose-draft advises)."""
     cls = POLICIES.get(name)
     if cls is None:
         from specsim.errors import ConfigError
         raise ConfigError("unknown policy", field="policy", value=name, allowed=", ".join(POLICIES))
-    return disable_by_batch.wrap(cls.build(gamma, alpha, c, cfg), cfg)  # vLLM's disable_by_batch_size, if set
+    return disable_by_batch.wrap(cls.build(gamma, alpha, c, cfg, **resolved), cfg)  # vLLM's disable_by_batch_size, if set

@@ -6,27 +6,23 @@ batch size B (the requests decoding in that iteration, the newly admitted includ
 the nearest band's γ: below the first band its γ, above the last band its γ, in a gap between two bands the γ of
 the closer one (equally close: the lower band's).
 
-Without bands given, they are what choose-draft advises for the setup (`specsim.studies.choose.choose_draft` on the
-config's hardware, stack, TP, target, and the draft with the run's α — or its trace —, prompt and output lengths
-and seed): its recommended γ per batch size at choose-draft's default batch sizes 1 … 64 and γ ≤ 8, each point
-simulated with 64 requests (one wave at batch 64; a small count keeps the advice cheap — it is cached per setup
-within a process). Above 64 the last band's γ holds (the nearest-band rule; choose-draft predicts nothing beyond
-its range). Where choose-draft advises no speculation its band has γ = 0: those iterations draft nothing and
+Without bands given, they are what choose-draft advises for the setup, worked out by the setup stage before the
+policy is built (`specsim.setup.bands`: `specsim.studies.choose.choose_draft` on the config's hardware, stack, TP,
+target, and the draft with the run's α — or its trace —, prompt and output lengths and seed): its recommended γ
+per batch size at choose-draft's default batch sizes 1 … 64 and γ ≤ 8, each point simulated with 64 requests (one
+wave at batch 64; a small count keeps the advice cheap — it is cached per setup within a process). The policy
+itself never runs a simulation. Above 64 the last band's γ holds (the nearest-band rule; choose-draft predicts
+nothing beyond its range). Where choose-draft advises no speculation its band has γ = 0: those iterations draft nothing and
 verify one position per request (priced as a plain decode step; the draft still prefills the request's prompt).
 The advice prices passes with the roofline of the hardware profile, whatever cost mode the run itself uses.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 from specsim.engine.policies.base import Baseline, Policy, averaged_baseline, constant_baseline
 from specsim.limits import MAX_BATCH
-
-ADVICE_REQUESTS = 64  # requests per choose-draft point when the bands come from its advice (see the docstring)
-
 
 LARGEST_LIVE_BATCH = MAX_BATCH  # SimConfig bounds batch and max_batch by it: no replica's live batch is larger
 
@@ -49,13 +45,15 @@ class BandsPolicy(Policy):
         self.batch_free = self.fixed_gamma is not None
 
     @classmethod
-    def build(cls, gamma: int, alpha: float, c: float, cfg=None) -> BandsPolicy:
+    def build(cls, gamma: int, alpha: float, c: float, cfg=None, bands=None, **resolved) -> BandsPolicy:
+        """The config's bands if given; else `bands`, the default the setup stage worked out (choose-draft's)."""
         given = None if cfg is None else cfg.get("num_speculative_tokens_per_batch_size")
         if given is not None:
             return cls(given, "given")
-        if cfg is None:
-            raise ValueError("policy 'bands' needs its bands, or a SimConfig to ask choose-draft for them")
-        return cls(advised_bands(cfg, alpha), "choose-draft")
+        if bands is None:
+            raise ValueError("policy 'bands' needs its bands: given in the config, or worked out by the setup "
+                             "stage (specsim.setup.run.resolve)")
+        return cls(bands, "choose-draft")
 
     def _nearest(self, batch: int) -> int:
         best = None
@@ -83,20 +81,3 @@ class BandsPolicy(Policy):
 
     def summary(self) -> dict:
         return {"gamma_bands": [list(b) for b in self.bands], "gamma_bands_source": self.source}
-
-
-def advised_bands(cfg, alpha: float) -> tuple:
-    """The bands choose-draft advises for the config's setup, as [[start, end, γ], ...] (see the docstring)."""
-    g = cfg.get
-    return _advice(g("hardware"), g("target"), g("draft"), float(alpha), g("trace"), g("stack"), int(g("tp")),
-                   int(g("prompt_len")), int(g("output_len")), int(g("seed")))
-
-
-@lru_cache(maxsize=64)
-def _advice(hardware, target, draft, alpha, trace, stack, tp, prompt_len, output_len, seed) -> tuple:
-    from specsim.studies.choose import DraftSpec, choose_draft
-
-    spec = DraftSpec(text=f"{draft}:{trace or alpha}", model=draft, alpha=alpha, trace=trace)
-    res = choose_draft(hardware, target, [spec], tp=tp, stack=stack, prompt_len=prompt_len, output_len=output_len,
-                       requests=ADVICE_REQUESTS, seed=seed)
-    return tuple((int(b["min"]), int(b["max"]), int(b["gamma"])) for b in res["drafts"][0]["bands"])

@@ -60,8 +60,10 @@ class Policy:
     # drawn alone (`specsim.engine.closed`)
 
     @classmethod
-    def build(cls, gamma: int, alpha: float, c: float, cfg=None) -> Policy:
-        """The policy for a run (`make_policy`): configured γ, the run's α and derived c, and the SimConfig."""
+    def build(cls, gamma: int, alpha: float, c: float, cfg=None, **resolved) -> Policy:
+        """The policy for a run (`make_policy`): configured γ, the run's α and derived c, the SimConfig, and what
+        the setup stage worked out for it (`resolved`, e.g. the bands policy's default bands: no policy runs a
+        simulation or a study itself)."""
         return cls(gamma)
 
     def start(self, k: int) -> np.ndarray | None:

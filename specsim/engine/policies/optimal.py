@@ -19,5 +19,5 @@ class OptimalPolicy(FixedPolicy):
         self.alpha, self.c = alpha, c
 
     @classmethod
-    def build(cls, gamma: int, alpha: float, c: float, cfg=None) -> OptimalPolicy:
+    def build(cls, gamma: int, alpha: float, c: float, cfg=None, **resolved) -> OptimalPolicy:
         return cls(alpha, c)

@@ -23,7 +23,7 @@ class OraclePolicy(Policy):
     step_draws = ORACLE_CAP + 1
 
     @classmethod
-    def build(cls, gamma: int, alpha: float, c: float, cfg=None) -> OraclePolicy:
+    def build(cls, gamma: int, alpha: float, c: float, cfg=None, **resolved) -> OraclePolicy:
         return cls()
 
     def step(self, draw, state, batch: int) -> tuple:  # a Step's fields
