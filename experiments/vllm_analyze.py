@@ -135,6 +135,7 @@ def _points(rows: list[dict]) -> list[dict]:
         d = {"variant": v, "point": rs[0]["point"], "loop": loop, "x": x, "k": rs[0]["k"], "repeats": len(rs),
              "unmeasured_steps": sum(r["unmeasured_steps"] for r in rs),
              "priced_steps": sum(r["priced_steps"] for r in rs)}
+        d["extrapolated"] = d["unmeasured_steps"] > 0  # the flag: this prediction priced steps nobody measured
         for m in METRICS:
             for pre in ("meas", "pred"):
                 vals = np.array([r[f"{pre}_{m}"] for r in rs], float)

@@ -125,7 +125,7 @@ def test_analyze_end_to_end_on_fixture_runs(tmp_path):
     assert set(res["variants"]) == {"draft_model-k3"}
     p = res["points"][0]
     assert (p["point"], p["loop"], p["x"], p["k"], p["repeats"]) == ("c2", "closed", 2.0, 3, 1)
-    assert p["unmeasured_steps"] == 0 < p["priced_steps"]
+    assert p["unmeasured_steps"] == 0 < p["priced_steps"] and p["extrapolated"] is False
     assert res["tables"]["target"]["range"] == [1, 24]
     for f in ("vllm_cpu.csv", "vllm_cpu.md", "vllm_cpu.png", "vllm_cpu_analysis.json", "step_table_target.csv"):
         assert (tmp_path / f).exists()
@@ -259,3 +259,21 @@ def test_harness_poisson_point_waits_for_arrivals():
     from specsim.validation import vllm_outputs as vr
     s = vr.summarize_requests(d)  # TTFT and latency from the Poisson arrival, not from when the harness added it
     assert (s["e2e_s"] >= s["ttft_s"]).all()
+
+
+def test_analyze_flags_a_point_predicted_outside_the_calibration(tmp_path):
+    """Calibration of decodes of 1-3 tokens only (as the first EPYC data): the k = 3 verifications (4-8 tokens) and
+    the prefills leave the measured range, and the point says so."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cal = json.loads((FIX / "offline_cal_run.json").read_text())
+    cal["steps"] = [s for s in cal["steps"] if s["ctx_tokens"] + s["gen_tokens"] <= 3]
+    draft = dict(copy.deepcopy(cal), mode="cal-draft")
+    spec = _spec()
+    for name, r in (("cal-target", cal), ("cal-draft", draft), ("plain", _plain(spec)), ("draft-k3", spec)):
+        (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(r))
+    res = va.analyze(tmp_path)
+    p = res["points"][0]
+    assert p["extrapolated"] and p["unmeasured_steps"] > 0
+    assert res["tables"]["target"]["range"] == [1, 3] and res["tables"]["target"]["unmeasured"]["unmeasured_above"]
+    assert "outside the measured range" in (tmp_path / "vllm_cpu.md").read_text()
