@@ -277,3 +277,27 @@ def test_analyze_flags_a_point_predicted_outside_the_calibration(tmp_path):
     assert p["extrapolated"] and p["unmeasured_steps"] > 0
     assert res["tables"]["target"]["range"] == [1, 3] and res["tables"]["target"]["unmeasured"]["unmeasured_above"]
     assert "outside the measured range" in (tmp_path / "vllm_cpu.md").read_text()
+
+
+def test_the_protocol_calibrates_the_range_its_grid_needs():
+    vc = pytest.importorskip("vllm_cpu")
+    from specsim.validation import step_fit as sf
+    counts = np.array(sorted(set(vc.CAL_CONCURRENCY) | set(vc.CAL_CHUNKS)), float)
+    assert sf.covered(counts).all()  # no gap the fit would flag between the calibration's own step sizes
+    assert max(vc.CAL_CONCURRENCY) >= max(vc.CLOSED) * (max(vc.KS) + 1)  # a batch-8 verification at k = 5
+    assert min(vc.CAL_CHUNKS) <= 2 and max(vc.CAL_CHUNKS) >= 32
+    assert vc.OUTPUT_LEN >= 96 and len(vc.RATES) == 3 and set(vc.KS) == {2, 3, 5}
+    grid = vc.grid_points(vc.OUTPUT_LEN)
+    assert [p["concurrency"] for p in grid if "concurrency" in p] == [1, 2, 4, 8]
+    names = ["plain", "draft-k3", "ngram-k3"]
+    plan = vc.sessions(3, names)
+    assert plan[0][0] == "cal-target" and plan[-1][0] == "cal-target"
+    flat = [(m, r) for m, reps in plan for r in reps if not m.startswith("cal")]
+    for r in range(3):  # ABBA: plain first in even repeats, last in odd ones
+        order = [m for m, rr in flat if rr == r]
+        assert order == (names if r % 2 == 0 else names[::-1])
+    for name in ("plain", "draft-k2", "cal-draft"):
+        m = vc.modes()[name]
+        cfg = vc.run_config(name, m)
+        assert (cfg["k"] > 0) == name.startswith("draft") and cfg["arrival"] == "offline"
+        assert vc.engine_kwargs(m)["enable_prefix_caching"] is False
