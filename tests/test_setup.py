@@ -1,0 +1,84 @@
+"""The setup stage (`specsim.setup.run.resolve`): a config resolved once, in one place — the engine profile's
+refusals first, the policy with its bands worked out, the engine path with its reason — and `simulate` running it."""
+
+from __future__ import annotations
+
+import pytest
+
+from specsim.engine import engine_profiles
+from specsim.engine.policies import BandsPolicy
+from specsim.errors import ConfigError
+from specsim.setup.run import RunSetup, resolve
+from specsim.simulate import make_config, simulate
+
+HW = dict(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", stack="ideal", alpha=0.7)
+
+
+def test_resolve_builds_what_a_run_needs_and_says_which_engine_and_why():
+    one = resolve(make_config(**HW, requests=4))
+    assert isinstance(one, RunSetup) and one.engine_path == "fast" and "batch 1" in one.engine_reason
+    assert one.deployment is not None and one.target is one.deployment.cost_models[0] and one.mem_spec is not None
+    assert one.c == one.costs.derived_c(one.cfg.workload.prompt_len) and one.policy.gamma == 4
+    eight = resolve(make_config(**HW, batch=8, requests=16))
+    assert eight.engine_path == "simpy" and "auto" in eight.engine_reason
+    forced = resolve(make_config(**HW, requests=4, engine="simpy"))
+    assert (forced.engine_path, forced.engine_reason) == ("simpy", "engine 'simpy' asked for")
+    fixed_c = resolve(make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="llama-3.2-1b", fixed_c=0.1,
+                                  alpha=0.7, requests=4))
+    assert fixed_c.deployment is None and fixed_c.target is None and fixed_c.peaks == (None, None)
+
+
+def test_simulate_resolves_once_and_runs_the_profile_on_the_setup(monkeypatch):
+    import specsim.simulate as sim
+
+    calls = []
+    real = sim.resolve
+    monkeypatch.setattr(sim, "resolve", lambda cfg: calls.append(cfg) or real(cfg))
+    res = simulate(make_config(**HW, batch=4, requests=8))
+    assert len(calls) == 1 and res.summary["engine"] == "simpy"
+
+
+def test_the_bands_default_is_worked_out_in_setup_never_inside_the_policy(monkeypatch):
+    """The policy builds from bands it is handed; without them it refuses instead of running choose-draft."""
+    from specsim.studies import choose
+
+    cfg = make_config(**HW, batch=8, requests=16, output_len=32, policy="bands")
+    with pytest.raises(ValueError, match="setup stage"):
+        BandsPolicy.build(4, 0.7, 0.1, cfg)
+    assert BandsPolicy.build(4, 0.7, 0.1, cfg, bands=((1, 64, 3),)).source == "choose-draft"
+    s = resolve(cfg)
+    assert s.policy.source == "choose-draft" and s.policy.bands[0][0] == 1
+    monkeypatch.setattr(choose, "choose_draft", lambda *a, **k: pytest.fail("asked choose-draft again"))
+    assert resolve(cfg).policy.bands == s.policy.bands  # cached per setup; no study runs for a second point
+    given = make_config(**HW, policy="bands", num_speculative_tokens_per_batch_size=[[1, 9, 3]])
+    assert resolve(given).policy.bands == ((1, 9, 3),) and resolve(given).policy.source == "given"
+
+
+@pytest.mark.parametrize("profile, fields, needle", [
+    ("hf-assisted", dict(batch=2), "batch 1"),
+    ("hf-assisted", dict(policy="heuristic"), "num_assistant_tokens"),
+    ("vllm-v1", dict(replicas=2), "vllm-v1 engine profile"),
+    ("specsim", dict(batch=2, engine="fast"), "fast path"),
+])
+def test_a_profile_lists_what_it_cannot_model_and_setup_refuses_it_first(profile, fields, needle):
+    cfg = make_config(**HW, engine_profile=profile, **fields)
+    violations = engine_profiles.get(profile).accepts(cfg)
+    assert violations and all(isinstance(v, ConfigError) for v in violations)
+    assert needle in str(violations[0])
+    # refused before any profile is read: an unknown hardware profile would be named otherwise
+    with pytest.raises(ConfigError, match=needle):
+        resolve(cfg.replace(hardware="no-such-hardware"))
+    with pytest.raises(ConfigError, match="unknown hardware"):
+        resolve(make_config(**{**HW, "hardware": "no-such-hardware"}, engine_profile=profile))
+    assert not engine_profiles.get(profile).accepts(make_config(**HW, engine_profile=profile))
+
+
+def test_every_profile_is_a_plugin_with_the_same_interface():
+    from specsim.config import EngineProfile
+    from specsim.engine.engine_profiles.base import EngineProfile as Base
+    from typing import get_args
+
+    assert list(engine_profiles.PROFILES) == list(get_args(EngineProfile))
+    for name in engine_profiles.PROFILES:
+        p = engine_profiles.get(name)
+        assert isinstance(p, Base) and p.name == name and type(p).run is not Base.run
