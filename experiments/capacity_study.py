@@ -7,19 +7,24 @@ Two setups, each a resumable sweep (specs in experiments/sweeps/, results.parque
    saturation: speedup against rate, TPOT / end-to-end latency against throughput with and without speculation.
 2. T5-XXL on one TPU v4 (T5X stack) with T5-small / base / large drafts, α from the paper (EnDe, T = 0:
    0.75 / 0.80 / 0.82), γ 1..8, closed loop over batch sizes 1..256 (the chip's memory stops the batch first).
-Per load point the recommended γ follows `specsim.studies.choose` (smallest γ within 2% of the best simulated speedup;
-0 = off when no γ pays) and the bands have the shape of vLLM's `num_speculative_tokens_per_batch_size`. Every
+Per load point the recommended γ is choose-draft's schedule (`specsim.studies.schedule.monotone`: never rising with
+load, a band boundary moved only where the speedup difference exceeds max(2%, 2σ), 0 = off from the first load
+where no γ pays; σ from each run's tokens-per-step histogram over the seeds) and the bands have the shape of vLLM's
+`num_speculative_tokens_per_batch_size`; the best γ is the smallest within 2% of the best at that load alone. The
+Llama setup runs on two stacks: `cuda-graphs` (roofline) and `vllm` (measured kernels, issue 22; files *_vllm.*);
+T5 on TPU v4 has no measured kernels and stays on its roofline stack. Every
 simulated speedup is printed beside eq. (5) at the same γ (c at batch 1), and beside eq. (5)'s own optimum.
 
 Usage: .venv/bin/python experiments/capacity_study.py [--scratch DIR] [--workers N] [--no-progress]
 Writes experiments/results/capacity_*.csv and capacity_*.png; sweep outputs go to the scratch directory
 (default experiments/results/capacity/, which holds a .gitignore so the parquet files are never committed).
-A rerun reuses every finished point. Takes ~2 minutes on 2 cores from scratch, ~3 s to rerun.
+A rerun reuses every finished point. Takes ~7 minutes on 2 shared cores from scratch, ~40 s to rerun.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
@@ -36,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from specsim import theory
+from specsim.studies import schedule
 from specsim.studies.choose import GAMMA_TOLERANCE, bands, bands_text
 from specsim.cli.output import table
 from specsim.sweep import load_spec, run_sweep
@@ -43,17 +49,21 @@ from specsim.sweep import load_spec, run_sweep
 RESULTS = REPO / "experiments" / "results"
 SWEEPS = REPO / "experiments" / "sweeps"
 SPECS = {"llama70b_batch": "capacity_llama70b_batch.toml", "llama70b_rate": "capacity_llama70b_rate.toml",
-         "t5xxl_batch": "capacity_t5xxl_batch.toml"}
+         "llama70b_batch_vllm": "capacity_llama70b_batch_vllm.toml",
+         "llama70b_rate_vllm": "capacity_llama70b_rate_vllm.toml", "t5xxl_batch": "capacity_t5xxl_batch.toml"}
+# the Llama setup on each stack: file suffix and label (T5 on TPU v4 has no measured kernels: roofline stack only)
+STACKS = {"cuda-graphs": ("", "CUDA graphs"), "vllm": ("_vllm", "measured vLLM kernels")}
 SOURCE = {"llama-3.2-1b": "assumed", "llama-3.1-8b": "assumed", "t5-v1_1-small": "paper EnDe T=0",
           "t5-v1_1-base": "paper EnDe T=0", "t5-v1_1-large": "paper EnDe T=0"}
 SHORT = {"llama-3.2-1b": "Llama-3.2-1B", "llama-3.1-8b": "Llama-3.1-8B", "t5-v1_1-small": "T5-small",
          "t5-v1_1-base": "T5-base", "t5-v1_1-large": "T5-large"}
-LLAMA = "Llama-3.1-70B on 4×H100 SXM (tp 4, CUDA graphs)"
+LLAMA = "Llama-3.1-70B on 4×H100 SXM (tp 4, {})"
 T5 = "T5-XXL on 1×TPU v4 (T5X)"
 METRICS = ["speedup", "speedup_eq5", "c", "c_at_batch", "tokens_per_target_run", "tokens_per_target_run_eq1",
            "throughput_tok_s", "ttft_p50_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s",
            "goodput_req_s", "batch_mean", "batch_max"]
 BASE = [f"baseline_{m}" for m in METRICS[6:]]
+COST = ["energy_ratio", "usd_ratio", "energy_j_per_token", "baseline_energy_j_per_token"]  # measured power model
 
 
 # --- sweeps and tables ---------------------------------------------------------------------------------
@@ -69,8 +79,14 @@ def sweep(key: str, scratch: Path, workers: int | None, progress: bool) -> pd.Da
 
 
 def aggregate(df: pd.DataFrame, load: str) -> pd.DataFrame:
-    """Mean over seeds per (draft, γ, load); α labelled with where it comes from."""
-    agg = df.groupby(["draft", "alpha", "gamma", load], as_index=False)[METRICS + BASE].mean()
+    """Mean over seeds per (draft, γ, load), with the mean's noise (`schedule.speedup_noise` over √seeds); α
+    labelled with where it comes from."""
+    hist = [json.loads(h) if isinstance(h, str) else h for h in df["tokens_per_run_hist"]]  # a sweep's cell is JSON
+    df = df.assign(noise_sq=[schedule.speedup_noise({"speedup": s, "tokens_per_run_hist": h}) ** 2
+                             for s, h in zip(df["speedup"], hist)], seeds=1)
+    keys = ["draft", "alpha", "gamma", load]
+    agg = df.groupby(keys, as_index=False)[METRICS + BASE + COST + ["noise_sq"]].mean()
+    agg["speedup_noise"] = np.sqrt(agg.pop("noise_sq") / df.groupby(keys)["seeds"].sum().to_numpy())
     agg = agg.sort_values(["draft", "gamma", load], key=lambda c: c.map(list(SHORT).index) if c.name == "draft"
                           else c, kind="stable", ignore_index=True)  # drafts small to large, as in SHORT
     agg.insert(2, "alpha_source", agg["draft"].map(SOURCE))
@@ -80,23 +96,30 @@ def aggregate(df: pd.DataFrame, load: str) -> pd.DataFrame:
 
 
 def decide(agg: pd.DataFrame, load: str) -> pd.DataFrame:
-    """Per (draft, load): best and recommended γ by `specsim.studies.choose`'s rule, beside eq. (5)."""
+    """Per (draft, load): best γ (the smallest within 2% of the best simulated speedup, at this load alone) and
+    recommended γ by `specsim.studies.schedule.monotone` (choose-draft's schedule: never rising with load, a band
+    boundary moved only beyond the noise, off from the first load where no allowed γ pays), beside eq. (5)."""
     rows = []
-    for (draft, x), g in agg.groupby(["draft", load], sort=False):
-        g = g.sort_values("gamma")
-        s = g["speedup"].to_numpy()
-        ok = s >= s.max() * (1.0 - GAMMA_TOLERANCE)
-        if s.max() > 1.0:
-            ok &= s > 1.0
-        b = g.iloc[int(np.flatnonzero(ok)[0])]
-        a, c = float(b["alpha"]), float(b["c"])
-        g_opt = int(theory.optimal_gamma(a, c, gamma_max=int(agg["gamma"].max())))
-        rows.append({"draft": draft, "alpha": a, "alpha_source": SOURCE[draft], load: x, "c": c,
-                     "best_gamma": int(b["gamma"]), "recommended_gamma": int(b["gamma"]) if s.max() > 1.0 else 0,
-                     "speedup_sim": float(b["speedup"]), "speedup_eq5": float(b["speedup_eq5"]),
-                     "gamma_eq5_opt": g_opt, "speedup_eq5_opt": float(theory.speedup(a, g_opt, c)),
-                     "tpot_p50_s": float(b["tpot_p50_s"]), "baseline_tpot_p50_s": float(b["baseline_tpot_p50_s"]),
-                     "batch_max": float(b["batch_max"]), "baseline_batch_max": float(b["baseline_batch_max"])})
+    for draft, gd in agg.groupby("draft", sort=False):
+        groups = [(x, g.sort_values("gamma")) for x, g in gd.groupby(load, sort=True)]
+        pts = [{"speedup_by_gamma": g["speedup"].tolist(), "speedup_noise_by_gamma": g["speedup_noise"].tolist(),
+                "best_gamma": int(g["gamma"].iloc[0])} for _, g in groups]
+        for (x, g), rec in zip(groups, schedule.monotone(pts)):
+            s = g["speedup"].to_numpy()
+            ok = s >= s.max() * (1.0 - GAMMA_TOLERANCE)
+            if s.max() > 1.0:
+                ok &= s > 1.0
+            b = g.iloc[int(np.flatnonzero(ok)[0])]
+            a, c = float(b["alpha"]), float(b["c"])
+            g_opt = int(theory.optimal_gamma(a, c, gamma_max=int(agg["gamma"].max())))
+            r = g[g["gamma"] == rec].iloc[0] if rec else b
+            rows.append({"draft": draft, "alpha": a, "alpha_source": SOURCE[draft], load: x, "c": c,
+                         "best_gamma": int(b["gamma"]), "recommended_gamma": int(rec),
+                         "speedup_sim": float(b["speedup"]), "speedup_rec": float(r["speedup"]) if rec else 1.0,
+                         "speedup_eq5": float(b["speedup_eq5"]), "gamma_eq5_opt": g_opt,
+                         "speedup_eq5_opt": float(theory.speedup(a, g_opt, c)), "tpot_p50_s": float(r["tpot_p50_s"]),
+                         "baseline_tpot_p50_s": float(b["baseline_tpot_p50_s"]), "batch_max": float(b["batch_max"]),
+                         "baseline_batch_max": float(b["baseline_batch_max"])})
     return pd.DataFrame(rows)
 
 
@@ -149,7 +172,7 @@ def _gamma_colors(gammas) -> dict:
     return {g: cmap(0.05 + 0.85 * i / max(1, len(gs) - 1)) for i, g in enumerate(gs)}
 
 
-def plot_speedup_vs_rate(agg, dec, sat_rate: float, rate_max: float, lengths: str) -> Path:
+def plot_speedup_vs_rate(agg, dec, sat_rate: float, rate_max: float, lengths: str, label: str, sfx: str) -> Path:
     drafts = list(dict.fromkeys(agg["draft"]))
     colors = _gamma_colors(agg["gamma"].unique())
     fig, axes = plt.subplots(1, len(drafts), figsize=(6.4 * len(drafts), 4.8), sharey=True, layout="constrained")
@@ -182,12 +205,12 @@ def plot_speedup_vs_rate(agg, dec, sat_rate: float, rate_max: float, lengths: st
     np.atleast_1d(axes)[0].set_ylabel("speedup (mean e2e latency, baseline / speculative)")
     np.atleast_1d(axes)[-1].legend(fontsize=7, loc="lower left", title="simulated; bars at left: eq. (5)",
                                    title_fontsize=7)
-    fig.suptitle(f"{LLAMA}: speedup against load; bands = recommended γ per load "
+    fig.suptitle(f"{label}: speedup against load; bands = recommended γ per load "
                  f"({lengths})", fontsize=10)
-    return _save(fig, "capacity_llama70b_speedup_vs_rate.png")
+    return _save(fig, f"capacity_llama70b_speedup_vs_rate{sfx}.png")
 
 
-def plot_latency_throughput(agg, lengths: str) -> Path:
+def plot_latency_throughput(agg, lengths: str, label: str, sfx: str) -> Path:
     drafts = list(dict.fromkeys(agg["draft"]))
     colors = _gamma_colors(agg["gamma"].unique())
     metrics = [("tpot_p50_s", "TPOT p50 (ms)", 1e3), ("e2e_p50_s", "end-to-end latency p50 (s)", 1.0)]
@@ -210,10 +233,10 @@ def plot_latency_throughput(agg, lengths: str) -> Path:
             ax.set_title(f"draft {SHORT[draft]}, α = {a:g} (assumed)", fontsize=9)
             ax.grid(alpha=0.3)
         row[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"{LLAMA}: latency against throughput over Poisson rates {agg['rate'].min():g}–"
+    fig.suptitle(f"{label}: latency against throughput over Poisson rates {agg['rate'].min():g}–"
                  f"{agg['rate'].max():g} req/s, {lengths}\n"
                  "(each point one rate; curves turn up at saturation)", fontsize=10)
-    return _save(fig, "capacity_llama70b_latency_throughput.png")
+    return _save(fig, f"capacity_llama70b_latency_throughput{sfx}.png")
 
 
 def plot_heatmaps(agg, dec, title: str, name: str, max_rows: int | None = None) -> Path:
@@ -275,11 +298,11 @@ def print_summary(setup: str, kind: str, dec: pd.DataFrame, be: pd.DataFrame, sa
         for _, r in d.iterrows():
             x = r[kind]
             head = [f"{x:g}", f"{100 * x / sat_rate:.0f}%"] if sat_rate else [f"{x:g}"]
-            rows.append(head + [r["recommended_gamma"] or "off", r["best_gamma"], r["speedup_sim"],
+            rows.append(head + [r["recommended_gamma"] or "off", r["best_gamma"], r["speedup_rec"], r["speedup_sim"],
                                 r["speedup_eq5"], r["gamma_eq5_opt"], r["speedup_eq5_opt"], r["tpot_p50_s"] * 1e3,
                                 r["baseline_tpot_p50_s"] * 1e3])
         cols = ([kind, "% sat"] if sat_rate else [kind]) + [
-            "rec. γ", "best γ", "speedup sim", "eq5 same γ", "eq5 γ*", "eq5 at γ*", "TPOT p50 ms", "base TPOT ms"]
+            "rec. γ", "best γ", "speedup at rec.", "at best", "eq5 best γ", "eq5 γ*", "eq5 at γ*", "TPOT p50 ms", "base TPOT ms"]
         table(f"{setup} — draft {SHORT[draft]}, α={d['alpha'].iloc[0]:g} ({SOURCE[draft]}), "
               f"c={d['c'].iloc[0]:.3f}", cols, rows, caption=f"{be_txt}; {bands_text(bs, kind)}")
 
@@ -290,11 +313,39 @@ def lengths(spec) -> str:
     return f"prompt {mean}{f.get('prompt_len', 128)}, output {mean}{f.get('output_len', 128)} tokens"
 
 
-def check_rate_grid(rates, sat_rate: float) -> None:
+def check_rate_grid(rates, sat_rate: float, spec_name: str) -> None:
     lo, hi = min(rates), max(rates)
     if lo > 0.1 * sat_rate or hi < 1.15 * sat_rate:
         warnings.warn(f"the rate grid {lo:g}..{hi:g} req/s does not span 10%..115% of the measured saturation "
-                      f"{sat_rate:.3g} req/s; edit {SPECS['llama70b_rate']}", stacklevel=2)
+                      f"{sat_rate:.3g} req/s; edit {spec_name}", stacklevel=2)
+
+
+def llama_setup(stack: str, scratch: Path, workers, prog: bool, files: list) -> dict:
+    """Steps 1-2 for the Llama setup on one stack: closed loop (saturation, break-even batch), then Poisson."""
+    sfx, name = STACKS[stack]
+    label = LLAMA.format(name)
+    print(f"Step 1 ({stack}): Llama-3.1-70B closed loop over batch sizes (saturation throughput, break-even batch)")
+    lb = aggregate(sweep("llama70b_batch" + sfx, scratch, workers, prog), "batch")
+    cap = int(lb["batch"].max())
+    sat_tok_s = float(lb.loc[lb["batch"] == cap, "baseline_throughput_tok_s"].mean())
+    spec_r = load_spec(SWEEPS / SPECS["llama70b_rate" + sfx])
+    out_mean = float(spec_r.fixed.get("output_len", 128))
+    sat_rate = sat_tok_s / out_mean
+    print(f"  no-speculation saturation: {sat_tok_s:,.0f} output tokens/s at batch {cap} = {sat_rate:.2f} "
+          f"requests/s of {out_mean:g} output tokens on average")
+    check_rate_grid(spec_r.axes["rate"], sat_rate, SPECS["llama70b_rate" + sfx])
+    print(f"Step 2 ({stack}): Llama-3.1-70B under Poisson arrivals")
+    lr = aggregate(sweep("llama70b_rate" + sfx, scratch, workers, prog), "rate")
+    lr.insert(4, "rate_pct_of_saturation", 100 * lr["rate"] / sat_rate)
+    d_lr, d_lb = decide(lr, "rate"), decide(lb, "batch")
+    be = [break_even(lr, d_lr, "rate", label + ", Poisson"), break_even(lb, d_lb, "batch", label + ", closed loop")]
+    files += [save_csv(lr, f"capacity_llama70b_rate{sfx}.csv"), save_csv(lb, f"capacity_llama70b_batch{sfx}.csv")]
+    files.append(plot_speedup_vs_rate(lr, d_lr, sat_rate, float(lr["rate"].max()), lengths(spec_r), label, sfx))
+    files.append(plot_latency_throughput(lr, lengths(spec_r), label, sfx))
+    files.append(plot_heatmaps(lb, d_lb, f"{label}, closed loop: speedup over batch × γ (α assumed; boxed = "
+                               "recommended γ)", f"capacity_llama70b_batch_heatmap{sfx}.png"))
+    return {"label": label, "sat_rate": sat_rate, "d_lr": d_lr, "d_lb": d_lb, "be": be,
+            "parts": [(d_lr, label + ", Poisson", "rate"), (d_lb, label + ", closed loop", "batch")]}
 
 
 def main() -> int:
@@ -309,45 +360,28 @@ def main() -> int:
     prog = not args.no_progress
     files: list[Path] = []
 
-    print("Step 1: Llama-3.1-70B closed loop over batch sizes (saturation throughput, break-even batch)")
-    lb = aggregate(sweep("llama70b_batch", args.scratch, args.workers, prog), "batch")
-    cap = int(lb["batch"].max())
-    sat_tok_s = float(lb.loc[lb["batch"] == cap, "baseline_throughput_tok_s"].mean())
-    spec_r = load_spec(SWEEPS / SPECS["llama70b_rate"])
-    out_mean = float(spec_r.fixed.get("output_len", 128))
-    sat_rate = sat_tok_s / out_mean
-    print(f"  no-speculation saturation: {sat_tok_s:,.0f} output tokens/s at batch {cap} = {sat_rate:.2f} "
-          f"requests/s of {out_mean:g} output tokens on average")
-    check_rate_grid(spec_r.axes["rate"], sat_rate)
-
-    print("Step 2: Llama-3.1-70B under Poisson arrivals")
-    lr = aggregate(sweep("llama70b_rate", args.scratch, args.workers, prog), "rate")
-    lr.insert(4, "rate_pct_of_saturation", 100 * lr["rate"] / sat_rate)
+    be_parts, sum_parts, llama = [], [], []
+    for stack in STACKS:
+        got = llama_setup(stack, args.scratch, args.workers, prog, files)
+        llama.append(got)
+        be_parts += got["be"]
+        sum_parts += got["parts"]
     print("Step 3: T5-XXL on TPU v4, closed loop over batch sizes")
     tb = aggregate(sweep("t5xxl_batch", args.scratch, args.workers, prog), "batch")
     tb["memory_capped"] = tb["batch_max"] < tb["batch"]
     tb["baseline_memory_capped"] = tb["baseline_batch_max"] < tb["batch"]
     t5_fit = int(tb["baseline_batch_max"].max())  # batches above this run at what fits: same rows
 
-    d_lr, d_lb = decide(lr, "rate"), decide(lb, "batch")
     d_tb = decide(tb[tb["batch"] <= t5_fit], "batch")
-    be = pd.concat([break_even(lr, d_lr, "rate", LLAMA + ", Poisson"),
-                    break_even(lb, d_lb, "batch", LLAMA + ", closed loop"),
-                    break_even(tb[tb["batch"] <= t5_fit], d_tb, "batch", T5 + ", closed loop")], ignore_index=True)
-    parts = [(d_lr, LLAMA + ", Poisson", "rate"), (d_lb, LLAMA + ", closed loop", "batch"),
-             (d_tb, T5 + ", closed loop", "batch")]
+    be = pd.concat(be_parts + [break_even(tb[tb["batch"] <= t5_fit], d_tb, "batch", T5 + ", closed loop")],
+                   ignore_index=True)
+    parts = sum_parts + [(d_tb, T5 + ", closed loop", "batch")]
     summary = pd.concat([d.assign(setup=name, load_kind=k).rename(columns={k: "load"}) for d, name, k in parts],
                         ignore_index=True)
     summary = summary[["setup", "load_kind", "load"] + [c for c in summary.columns
                                                         if c not in ("setup", "load_kind", "load")]]
-    files += [save_csv(lr, "capacity_llama70b_rate.csv"), save_csv(lb, "capacity_llama70b_batch.csv"),
-              save_csv(tb, "capacity_t5xxl_batch.csv"), save_csv(summary, "capacity_summary.csv"),
+    files += [save_csv(tb, "capacity_t5xxl_batch.csv"), save_csv(summary, "capacity_summary.csv"),
               save_csv(be, "capacity_break_even.csv")]
-
-    files.append(plot_speedup_vs_rate(lr, d_lr, sat_rate, float(lr["rate"].max()), lengths(spec_r)))
-    files.append(plot_latency_throughput(lr, lengths(spec_r)))
-    files.append(plot_heatmaps(lb, d_lb, f"{LLAMA}, closed loop: speedup over batch × γ (α assumed; boxed = "
-                               "recommended γ)", "capacity_llama70b_batch_heatmap.png"))
     over = " and ".join(str(b) for b in sorted(tb.loc[tb["batch"] > t5_fit, "batch"].unique())) or "above it"
     t5_len = lengths(load_spec(SWEEPS / SPECS["t5xxl_batch"]))
     files.append(plot_heatmaps(tb, d_tb, f"{T5}, closed loop, {t5_len}: speedup over "
@@ -357,18 +391,21 @@ def main() -> int:
                                "capacity_t5xxl_heatmap.png", max_rows=t5_fit))
 
     print()
-    print_summary(LLAMA + ", Poisson", "rate", d_lr, be[be["load_kind"] == "rate"], sat_rate)
-    print_summary(LLAMA + ", closed loop", "batch", d_lb, be[be["setup"] == LLAMA + ", closed loop"], None)
+    for got in llama:
+        lab = got["label"]
+        print_summary(lab + ", Poisson", "rate", got["d_lr"], be[be["setup"] == lab + ", Poisson"], got["sat_rate"])
+        print_summary(lab + ", closed loop", "batch", got["d_lb"], be[be["setup"] == lab + ", closed loop"], None)
     print_summary(T5 + ", closed loop", "batch", d_tb, be[be["setup"] == T5 + ", closed loop"], None)
     fits = tb[tb["batch"] == tb["batch"].max()].groupby("draft", sort=False)["batch_max"].agg(["min", "max"])
     print(f"T5-XXL memory (32 GB): baseline fits {t5_fit} requests; with the draft: "
           + ", ".join(f"{SHORT[d]} {int(r['min'])}–{int(r['max'])}" for d, r in fits.iterrows()) + " (by γ)")
     print("Break-even per fixed γ (interpolated; none = pays over the whole range):")
     for (setup, draft), g in be[be["gamma"] != "best"].groupby(["setup", "draft"], sort=False):
-        where = f"{setup.split(' ')[0]}, {setup.rsplit(', ', 1)[1]}"
+        stack = f" ({setup.split('tp 4, ')[1].split(')')[0]})" if "tp 4, " in setup else ""
+        where = f"{setup.split(' ')[0]}{stack}, {setup.rsplit(', ', 1)[1]}"
         cells = [f"γ{r['gamma']}:" + ("none" if pd.isna(x := r["break_even_interpolated"]) else f"{x:.3g}")
                  for _, r in g.iterrows()]
-        print(f"  {where:26s} {SHORT[draft]:13s} " + "  ".join(cells))
+        print(f"  {where:52s} {SHORT[draft]:13s} " + "  ".join(cells))
     print(f"\nwrote {len(files)} files:")
     for f in files:
         print(f"  {f.relative_to(REPO)}  ({f.stat().st_size / 1024:.0f} KB)")
