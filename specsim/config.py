@@ -21,14 +21,15 @@ from pydantic.fields import FieldInfo
 from specsim.config_rules import (CLI_ALIASES, VLLM_BLOCK_SIZES, RuleViolation, check_bands,  # noqa: F401
                                    engine_rules, flag, method_rules, one_of,
                                    vllm_budget_rule)  # CLI_ALIASES, flag, RuleViolation, vllm_budget_rule: API
+from specsim import registry
 from specsim.errors import FieldError
 from specsim.limits import (GAMMA_CAP, MAX_BATCH, MAX_BATCHED_TOKENS, MAX_LENGTH_TOKENS, MAX_NUM_SEQS,
                             MAX_REPLICAS, MAX_REQUESTS, MAX_TP)
 
-Policy = Literal["fixed", "optimal", "heuristic", "oracle", "bands"]
+Policy = Literal[tuple(registry.POLICIES)]  # "fixed", "optimal", ...: the registry names every γ policy
 LengthDist = Literal["fixed", "uniform", "lognormal"]
 Engine = Literal["simpy", "fast", "auto"]
-EngineProfile = Literal["specsim", "hf-assisted", "vllm-v1"]
+EngineProfile = Literal[tuple(registry.ENGINE_PROFILES)]  # "specsim", "hf-assisted", "vllm-v1"
 RouterName = Literal["round-robin", "least-outstanding", "power-of-two", "shared-queue"]  # engine/routers.py
 # speculation methods, named as vLLM's SpeculativeConfig names them (specsim.methods.METHODS)
 Method = Literal["draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"]
@@ -86,7 +87,7 @@ class AcceptanceConfig(_Group):
 class SpeculationConfig(_Group):
     gamma: int = Field(default=4, ge=1, le=GAMMA_CAP,
                        description="draft length γ (initial value for adaptive policies)")
-    policy: Policy = Field(default="fixed", description="γ policy: fixed | optimal | heuristic | oracle | bands")
+    policy: Policy = Field(default="fixed", description="γ policy: " + " | ".join(registry.POLICIES))
     method: Method = Field(default="draft_model", description="speculation method, as vLLM names it: "
                            "draft_model | eagle | eagle3 | mtp | medusa | ngram | suffix (specsim.methods)")
     speculative_config: str | None = Field(default=None, description="vLLM's speculative config as JSON, e.g. "

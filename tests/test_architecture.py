@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent / "specsim"
 # unit (a subpackage or a top-level module of specsim) -> layer rank; one rank may hold several units
 LAYERS: dict[str, int] = {
     "errors": 0, "rng": 0, "limits": 0, "theory": 0, "inputs": 0,  # foundations: import nothing above them
+    "registry": 0,  # plugin names -> "module:attribute" strings (imports nothing; the engine loads them)
     "config": 1, "config_rules": 1,  # config_rules is config's own rule book (it names fields by config.flag)
     "profiles": 2,
     "cost": 3,

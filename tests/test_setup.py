@@ -73,12 +73,22 @@ def test_a_profile_lists_what_it_cannot_model_and_setup_refuses_it_first(profile
     assert not engine_profiles.get(profile).accepts(make_config(**HW, engine_profile=profile))
 
 
-def test_every_profile_is_a_plugin_with_the_same_interface():
-    from specsim.config import EngineProfile
-    from specsim.engine.engine_profiles.base import EngineProfile as Base
+def test_a_plugin_is_one_registry_line_the_config_and_the_engine_follow():
+    """specsim.registry is the one list: config's choices (and its field description) and the engine's lookup tables
+    come from it, and every entry loads a plugin of the right kind named as its key."""
     from typing import get_args
 
-    assert list(engine_profiles.PROFILES) == list(get_args(EngineProfile))
-    for name in engine_profiles.PROFILES:
+    from specsim import config, registry
+    from specsim.engine.engine_profiles.base import EngineProfile as Base
+    from specsim.engine.policies import POLICIES, Policy
+
+    assert get_args(config.EngineProfile) == tuple(registry.ENGINE_PROFILES) == tuple(engine_profiles.PROFILES)
+    assert get_args(config.Policy) == tuple(registry.POLICIES) == tuple(POLICIES)
+    assert config.SpeculationConfig.model_fields["policy"].description.endswith("oracle | bands")
+    for name in registry.ENGINE_PROFILES:
         p = engine_profiles.get(name)
         assert isinstance(p, Base) and p.name == name and type(p).run is not Base.run
+    for name, cls in POLICIES.items():
+        assert issubclass(cls, Policy) and cls.name == name
+    with pytest.raises(ConfigError, match="policy"):
+        make_config(**HW, policy="greedy")

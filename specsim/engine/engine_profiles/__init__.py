@@ -3,8 +3,8 @@
 Each profile is a plugin (`base.EngineProfile`): one module defining `PROFILE`, whose `accepts(cfg)` lists what of a
 config it cannot model (the setup stage refuses the first before building anything), `path(cfg)` the engine it runs
 and why, and `run(setup)` (a resolved `specsim.setup.run.RunSetup`) returns (speculative Records, baseline Records,
-extra summary keys). A new profile is its module, its test, one line in PROFILES and its name in
-`specsim.config.EngineProfile`; `specsim.simulate` and the setup never branch on a profile.
+extra summary keys). A new profile is its module, its test and one line in `specsim.registry.ENGINE_PROFILES`;
+`specsim.simulate` and the setup never branch on a profile.
 - `specsim` (`specsim_loop.py`, the default): specsim's own engine — one draft-then-verify iteration over the
   batch, the admitted requests' prefill stalling it (what specsim has always simulated; its executor's loop).
 - `hf-assisted` (`hf_assisted.py`): Hugging Face assisted generation as transformers runs it, batch 1 only —
@@ -15,15 +15,12 @@ extra summary keys). A new profile is its module, its test, one line in PROFILES
 
 from __future__ import annotations
 
-from importlib import import_module
-
+from specsim import registry
 from specsim.engine.engine_profiles.base import EngineProfile
 
-PROFILES = {"specsim": "specsim.engine.engine_profiles.specsim_loop",
-            "hf-assisted": "specsim.engine.engine_profiles.hf_assisted",
-            "vllm-v1": "specsim.engine.engine_profiles.vllm_v1"}
+PROFILES = registry.ENGINE_PROFILES  # name -> "module:PROFILE" (specsim.registry: the one line a profile adds)
 
 
 def get(name: str) -> EngineProfile:
     """The profile `name` (SimConfig has already checked that the name is one of PROFILES; imported on first use)."""
-    return import_module(PROFILES[name]).PROFILE
+    return registry.load(PROFILES[name])

@@ -1,7 +1,7 @@
 """The engine-profile plugin: what every profile (`specsim`, `hf-assisted`, `vllm-v1`) provides.
 
-A profile is one module in this package defining a subclass of `EngineProfile` and an instance `PROFILE`; its name
-joins `engine_profiles.PROFILES` (one line) and `specsim.config.EngineProfile`. The setup stage
+A profile is one module in this package defining a subclass of `EngineProfile` and an instance `PROFILE`, plus one
+line in `specsim.registry.ENGINE_PROFILES` (config's choices follow from it). The setup stage
 (`specsim.setup.run.resolve`) asks it, before building anything, which parts of the config it cannot model
 (`accepts`: every violation, each a one-line ConfigError naming the flag), then which engine path it takes and why
 (`path`), and `simulate` hands it the resolved setup (`run`). A profile never re-checks the config in `run`.

@@ -6,13 +6,15 @@ request draws and is judged against its own γ, but the pass count of the iterat
 other requests idle through the extra draft passes and pad the verification pass to B·(γ_max + 1) positions, as
 static-shape serving engines do).
 
-A new policy is one module here with a `Policy` subclass (its `build` classmethod makes it from the config) and
-one entry in POLICIES (plus its name in `specsim.config.Policy`). vLLM's `disable_by_batch_size` is a rule over
+A new policy is one module here with a `Policy` subclass (its `build` classmethod makes it from the config; what it
+needs worked out beforehand, e.g. default bands, comes from `specsim.setup.run.POLICY_INPUTS`), its test, and one
+line in `specsim.registry.POLICIES` (config's choices and POLICIES here follow from it). vLLM's `disable_by_batch_size` is a rule over
 whichever policy runs (`disable_by_batch.wrap`, applied by `make_policy`).
 """
 
 from __future__ import annotations
 
+from specsim import registry
 from specsim.engine.policies import disable_by_batch
 from specsim.engine.policies.bands import BandsPolicy
 from specsim.engine.policies.base import Baseline, Policy, Step
@@ -21,8 +23,7 @@ from specsim.engine.policies.heuristic import HeuristicPolicy, heuristic_schedul
 from specsim.engine.policies.optimal import OptimalPolicy
 from specsim.engine.policies.oracle import OraclePolicy
 
-POLICIES: dict[str, type[Policy]] = {"fixed": FixedPolicy, "optimal": OptimalPolicy, "heuristic": HeuristicPolicy,
-                                     "oracle": OraclePolicy, "bands": BandsPolicy}
+POLICIES: dict[str, type[Policy]] = {name: registry.load(where) for name, where in registry.POLICIES.items()}
 
 __all__ = ["POLICIES", "Baseline", "BandsPolicy", "FixedPolicy", "HeuristicPolicy", "OptimalPolicy", "OraclePolicy",
            "Policy", "Step", "heuristic_schedule", "make_policy"]
@@ -36,4 +37,5 @@ def make_policy(name: str, gamma: int, alpha: float, c: float, cfg=None, **resol
     if cls is None:
         from specsim.errors import ConfigError
         raise ConfigError("unknown policy", field="policy", value=name, allowed=", ".join(POLICIES))
-    return disable_by_batch.wrap(cls.build(gamma, alpha, c, cfg, **resolved), cfg)  # vLLM's disable_by_batch_size, if set
+    # vLLM's disable_by_batch_size, if set, wraps whichever policy runs
+    return disable_by_batch.wrap(cls.build(gamma, alpha, c, cfg, **resolved), cfg)

@@ -1,0 +1,34 @@
+"""Plugin names, each with where its code lives: the one line a new engine profile or γ policy adds.
+
+Strings only — nothing is imported here (ground floor) — so `specsim.config` takes its choices from the names
+(`config.Policy`, `config.EngineProfile`) and the engine imports the code on first use (`"module:attribute"`:
+a `Policy` subclass; an `EngineProfile` instance). Adding a policy: its module under `specsim/engine/policies/`,
+its test, and one line in POLICIES; an engine profile likewise under `specsim/engine/engine_profiles/` and
+ENGINE_PROFILES (specsim/CONVENTIONS.md shows an example).
+"""
+
+from __future__ import annotations
+
+# γ policies (`--policy`), in the order messages list them
+POLICIES: dict[str, str] = {
+    "fixed": "specsim.engine.policies.fixed:FixedPolicy",
+    "optimal": "specsim.engine.policies.optimal:OptimalPolicy",
+    "heuristic": "specsim.engine.policies.heuristic:HeuristicPolicy",
+    "oracle": "specsim.engine.policies.oracle:OraclePolicy",
+    "bands": "specsim.engine.policies.bands:BandsPolicy",
+}
+
+# engine profiles (`--engine-profile`): how a serving engine schedules a step
+ENGINE_PROFILES: dict[str, str] = {
+    "specsim": "specsim.engine.engine_profiles.specsim_loop:PROFILE",
+    "hf-assisted": "specsim.engine.engine_profiles.hf_assisted:PROFILE",
+    "vllm-v1": "specsim.engine.engine_profiles.vllm_v1:PROFILE",
+}
+
+
+def load(target: str):
+    """The object a registry entry names ("module:attribute"), its module imported on first use."""
+    from importlib import import_module
+
+    module, _, attr = target.partition(":")
+    return getattr(import_module(module), attr)
