@@ -47,8 +47,7 @@ ALLOWLIST: set[tuple[str, str]] = {
     ("specsim.config", "specsim.methods.tree_config"),
     # power calibration resolves a whole deployment (roofline or measured kernels) to price a measured power row
     ("specsim.cost.power_fit", "specsim.setup.deployment"),
-    # the measured stack prices heads and builds step costs from engine code
-    ("specsim.cost.measured_stack", "specsim.engine.engine_profiles.step_costs"),
+    # the measured stack prices heads through the methods package (their roofline stand-in, the calibration heads)
     ("specsim.cost.measured_stack", "specsim.methods"),
     ("specsim.cost.measured_stack", "specsim.methods.heads"),
     # the bands policy's default bands are a study (choose-draft simulates fixed-γ points, which never need advice):

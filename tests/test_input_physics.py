@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from conftest import cli_capsys as _cli
 from specsim import profiles as prof
 from specsim.cost.measured import MeasuredCosts
-from specsim.engine.engine_profiles.step_costs import StepTable
+from specsim.cost.ragged import StepTable
 from specsim.errors import ConfigError
 from specsim.inputs.tables import RISE_TOLERANCE
 from specsim.methods import heads

@@ -271,7 +271,7 @@ def test_vllm_v1_step_pricing_reads_the_experts_its_tokens_wake():
     uniform batch costs exactly CostModel.pass_cost, and a MoE step's bytes follow the experts T tokens wake."""
     import numpy as np
 
-    from specsim.engine.engine_profiles.step_costs import RooflinePricer
+    from specsim.cost.ragged import RooflinePricer
 
     for model in (MIXTRAL, DENSE):
         cm = CostModel(model, H100, tp=2)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsim.engine.engine_profiles.step_costs import StepTable
+from specsim.cost.ragged import StepTable
 from specsim.validation import vllm_runs as vrun
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from specsim.cli import main
-from specsim.engine.engine_profiles.step_costs import StepTable
+from specsim.cost.ragged import StepTable
 from specsim.errors import ConfigError
 from specsim.traces.format import Trace
 from specsim.validation import step_fit as sf

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specsim.engine.acceptance import Acceptance
-from specsim.engine.engine_profiles.step_costs import RooflinePricer, StepTable
+from specsim.cost.ragged import RooflinePricer, StepTable
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine
 from specsim.errors import ConfigError, DoesNotFitError
 from specsim.simulate import make_config, run

@@ -275,10 +275,10 @@ class RaggedPricer:
     """`price(new, ctx)` of one vllm-v1 step on a measured stack: every op but attention at the step's T tokens;
     attention = the decode kernel over the decode / verification rows at their mean KV length + the
     context-attention table per prefill chunk; plus the engine's own term once per step. Bytes and FLOPs: the
-    ideal roofline's ragged pricer (`engine_profiles.step_costs.RooflinePricer`), for MBU / MFU."""
+    ideal roofline's ragged pricer (`specsim.cost.ragged.RooflinePricer`), for MBU / MFU."""
 
     def __init__(self, cm: MeasuredCost):
-        from specsim.engine.engine_profiles.step_costs import RooflinePricer  # lazily: the engine's own pricer
+        from specsim.cost.ragged import RooflinePricer  # lazily: the ideal ragged pricer
 
         self.cm, self.k, self.model = cm, cm.kernels, cm.model
         self.roof = RooflinePricer(cm.roof)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from specsim.engine.engine_profiles.step_costs import StepTable
+from specsim.cost.ragged import StepTable
 from specsim.errors import ConfigError
 
 # Coverage, fixed before any data was looked at: two adjacent knots cover the counts between them when they are at

@@ -10,7 +10,7 @@ several replicas, encoder-decoder models, the fixed-c and measured-grid cost mod
 from __future__ import annotations
 
 from specsim.engine.engine_profiles.base import EngineProfile
-from specsim.engine.engine_profiles.step_costs import RooflinePricer, StepTable
+from specsim.cost.ragged import RooflinePricer, StepTable
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine, pool_blocks
 from specsim.config import flag, vllm_budget_rule
 from specsim.errors import ConfigError
