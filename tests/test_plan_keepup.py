@@ -18,9 +18,9 @@ from specsim.engine.metrics import Records
 from specsim.profiles import loader
 from specsim.simulate import simulate
 from specsim.studies import plan_plot
-from specsim.studies.plan import miss, run_plan
+from specsim.studies.plan import Search, miss, run_plan
 from specsim.studies.plan_answer import PLAIN, _best, provisioned
-from specsim.studies.plan_keepup import QUEUE_GROWTH_MAX, keepup, run_point, why_not_keeping_up
+from specsim.studies.plan_keepup import QUEUE_GROWTH_MAX, keepup, replica_bounds, run_point, why_not_keeping_up
 from specsim.studies.plan_spec import BASELINE, load_plan
 
 PLAN70 = """
@@ -228,3 +228,70 @@ def test_plot_titles_slos_plain_axes_and_visible_coinciding_lines(plan70, tmp_pa
     assert spec.get_ydata()[0] == base.get_ydata()[0] == 1  # one replica either way at 8 req/s ...
     assert spec.get_xdata()[0] < 8 < base.get_xdata()[0] < 8 * 1.1  # ... drawn side by side, near 8
     plt.close(fig)
+
+
+# --- the search's bracket (issue 25 item 4): bounds from the step costs, then probes ------------------------------
+def test_bounds_bracket_every_answer_and_hold_when_simulated(plan70):
+    """`replica_bounds` before any simulation: every answer lies in [lower, ...]; one replica fewer than the lower
+    bound does not keep up when simulated (it serves less than arrives), and `stable` replicas do keep up."""
+    plan, report, _ = plan70
+    by_label = {c.label: c for c in plan.candidates} | {"baseline": BASELINE}
+    o = plan.options[0]
+    row = next(r for r in report.rows if r["rate"] == 64)
+    for label, answer in row["candidates"].items():
+        cand = by_label[label]
+        lower, stable = replica_bounds(plan.config(o, 4, 64.0, cand, 1), cand.policy is None)
+        assert 1 < lower <= answer <= 16 and stable is not None and stable >= lower, (label, lower, answer)
+        prefix = "baseline_" if cand.policy is None else ""
+        below = run_point(plan.config(o, 4, 64.0, plan.candidates[0] if cand.policy is None else cand, lower - 1))
+        assert below[f"{prefix}served_ratio"] < 0.95 and why_not_keeping_up(below, prefix) is not None, label
+        at = run_point(plan.config(o, 4, 64.0, plan.candidates[0] if cand.policy is None else cand, stable))
+        assert why_not_keeping_up(at, prefix) is None, (label, stable)
+
+
+def test_no_bound_where_none_holds(tmp_path):
+    """A closed loop offers no rate, and fixed_c prices steps in target passes, not seconds: no bound, start at 1."""
+    from specsim.config import SimConfig
+
+    closed = SimConfig.from_flat({"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "hardware": "h100-sxm",
+                                  "batch": 8, "requests": 32, "alpha": 0.7})
+    assert replica_bounds(closed, False) == (1, None)
+    fixed = SimConfig.from_flat({"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "hardware": "h100-sxm",
+                                 "fixed_c": 0.1, "rate": 50.0, "requests": 64, "alpha": 0.7})
+    assert replica_bounds(fixed, True) == (1, None)
+
+
+def test_probe_order_from_the_bound():
+    """The bound and the count below it first; from a miss +1, +2, +4 … (capped at the stable count while it is
+    above the last miss, and at max_replicas); from a hit, bisection down; done when hi − lo = 1."""
+    s = Search(None, 4, 64.0, BASELINE, lower=3, stable=5)
+    assert s.next_probes(16) == [2, 3]
+    s.lo = 3
+    assert s.next_probes(16) == [4]
+    s.lo = 4
+    assert s.next_probes(16) == [5]  # 4 + 2 = 6, capped at the count that provably keeps up
+    s.lo = 5
+    assert s.next_probes(16) == [8]  # past the stable count: the climb goes on (an SLO, not the load, fails)
+    assert s.next_probes(7) == [7]
+    s.hi = 8
+    assert s.next_probes(16) == [6]
+    s.lo = 7
+    assert s.next_probes(16) == []
+    t = Search(None, 4, 64.0, BASELINE, lower=1)
+    assert t.next_probes(16) == [1]
+    t.lo = 1
+    assert [t.next_probes(16), (setattr(t, "lo", 2), t.next_probes(16))[1]] == [[2], [4]]  # doubling from 1
+    u = Search(None, 4, 64.0, BASELINE, lower=40)
+    assert u.next_probes(16) == [15, 16]  # the bound above max_replicas: max_replicas is still simulated
+    u.lo = 16
+    assert u.next_probes(16) == [] and u.infeasible.startswith("fails even at max_replicas = 16")
+
+
+def test_bracketed_search_finds_the_doubling_answers_in_fewer_rounds(plan70, tmp_path):
+    """The same plan searched from 1 replica by doubling (the search before the bounds): identical rows, no fewer
+    points and more rounds (here 5 points either way, 2 rounds instead of 4)."""
+    plan, report, _ = plan70
+    doubling = run_plan(plan.path, tmp_path / "out", workers=1, progress=False, bracket=False)
+    assert json.dumps(doubling.rows, sort_keys=True, default=str) == json.dumps(report.rows, sort_keys=True,
+                                                                                  default=str)
+    assert report.points <= doubling.points and report.rounds < doubling.rounds

@@ -4,10 +4,13 @@ For every (hardware option, TP degree, rate, candidate) — the candidates being
 fixed γ and each γ policy of the plan (`specsim.studies.plan_spec`) — the search finds the smallest replica count
 whose replicas keep up with the load (`specsim.studies.plan_keepup`: served throughput within its tolerance of
 offered, TTFT not growing over the run — checked whatever the objectives say, so an overloaded system is never an
-answer) and whose simulated latency percentiles all meet the plan's SLOs: it doubles from 1 replica until one
-passes (or `max_replicas` does not), then bisects between the last miss and the first hit. So every answer r comes
-with r − 1 simulated and failing, with the reason (or r = 1). The bisection assumes more replicas never hurt; the
-table says where a probe contradicted that (`monotone` false).
+answer) and whose simulated latency percentiles all meet the plan's SLOs. The search starts where the step
+costs say the answer can start (`plan_keepup.replica_bounds`: below its lower bound the replicas cannot serve the
+offered tokens even in the best case) and probes that count and the one below it together; from a miss it climbs
+(+1, +2, +4, …, no further than the count that provably keeps up while that is above the last miss, and never past
+`max_replicas`), from a hit it bisects down; then it bisects between the last miss and the first hit. So every
+answer r comes with r − 1 simulated and failing, with the reason (or r = 1) — the bound only says where to look.
+The bisection assumes more replicas never hurt; the table says where a probe contradicted that (`monotone` false).
 
 All searches advance together: each round is one sweep (`specsim.sweep.run_sweep`) of the points the open searches
 probe next, in DIR/rounds/round-NN-HASH/ (HASH: of its points), so a plan runs on local processes or a Dask
@@ -50,23 +53,34 @@ class Search:
     cand: Candidate
     lo: int = 0  # the largest replica count seen to fail (miss an SLO or not keep up; 0: none yet)
     hi: int | None = None  # the smallest seen to pass
+    lower: int = 1  # where the search starts (plan_keepup.replica_bounds: the step costs' lower bound)
+    stable: int | None = None  # a count that provably keeps up (the climb's ceiling while above the last miss)
     infeasible: str | None = None
     monotone: bool = True  # False once a probe met the SLOs below one that missed them
     fallback: bool = False  # the baseline is read from an n-gram run (the first candidate's run failed)
     rows: dict = field(default_factory=dict)  # replicas -> the point's result row
     why: dict = field(default_factory=dict)  # replicas -> why that count failed (`miss`)
 
-    def next_probe(self, max_replicas: int) -> int | None:
+    def next_probes(self, max_replicas: int) -> list[int]:
+        """The counts to simulate next (none: the search is over); see the module docstring."""
         if self.infeasible is not None:
-            return None
+            return []
+        start = min(self.lower, max_replicas)
+        if self.hi is None and self.lo == 0:  # nothing probed yet: the bound and the count below it
+            return [start - 1, start] if start > 1 else [1]
         if self.hi is None:
             if self.lo >= max_replicas:
                 self.infeasible = f"fails even at max_replicas = {max_replicas}: {self.why.get(self.lo, '?')}"
-                return None
-            return 1 if self.lo == 0 else min(2 * self.lo, max_replicas)
-        return None if self.hi - self.lo <= 1 else (self.lo + self.hi) // 2
+                return []
+            step = max(1, self.lo - start + 1)  # +1, +2, +4, … from the start
+            top = self.stable if self.stable is not None and self.stable > self.lo else max_replicas
+            return [min(self.lo + step, top, max_replicas)]
+        return [] if self.hi - self.lo <= 1 else [(self.lo + self.hi) // 2]
 
-    def record(self, replicas: int, row: dict, slo: dict) -> None:
+    def record(self, replicas: int, row: dict, slo: dict, fallback: bool = False) -> None:
+        """The row of the probe at `replicas` (run as the n-gram fallback when `fallback`, see PlanSpec.config)."""
+        if fallback != self.fallback:
+            return  # a probe run before the fallback was known: run again as the fallback
         if row.get("error") and self.cand.policy is None and not self.fallback:
             self.fallback = True  # its draft, not plain decoding, failed: probe the same count again (PlanSpec.config)
             return
@@ -117,22 +131,26 @@ class PlanReport:
 
 
 def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str | None = None,
-             workers: int | None = None, progress: bool = True) -> PlanReport:
+             workers: int | None = None, progress: bool = True, bracket: bool = True) -> PlanReport:
+    """bracket=False starts every search at 1 replica and doubles (the search before the bounds, kept so that
+    experiments/bench_plan.py can time both on the same code; the answers are the same)."""
     if not isinstance(plan, PlanSpec):
         plan = load_plan(plan)
     out = Path(out_dir)
     _claim(out, plan)
     searches = [Search(o, tp, rate, cand) for o in plan.options for tp in o.tps for rate in (plan.rates or (None,))
                 for cand in (BASELINE,) + plan.candidates]
+    for s in searches if bracket else ():
+        s.lower, s.stable = _bounds(plan, s)
     seen: dict[str, dict] = {}  # canonical config -> result row, across rounds
     notes: list[str] = []
     for k in range(1, MAX_ROUNDS + 1):
-        probes = [(s, r) for s in searches if (r := s.next_probe(plan.max_replicas)) is not None]
+        probes = [(s, r, s.fallback) for s in searches for r in s.next_probes(plan.max_replicas)]
         if not probes:
             break
         configs = {}
-        for s, r in probes:
-            cfg = plan.config(s.option, s.tp, s.rate, s.cand, r, s.fallback)
+        for s, r, fb in probes:
+            cfg = plan.config(s.option, s.tp, s.rate, s.cand, r, fb)
             configs.setdefault(canonical_json(cfg), cfg)
         todo = [c for key, c in configs.items() if key not in seen]
         if progress:
@@ -141,12 +159,22 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
             rows, round_notes = _run_round(plan, out, k, todo, scheduler, workers, progress)
             seen.update(zip((canonical_json(c) for c in todo), rows))
             notes += round_notes
-        for s, r in probes:
-            s.record(r, seen[canonical_json(plan.config(s.option, s.tp, s.rate, s.cand, r, s.fallback))], plan.slo)
+        for s, r, fb in probes:
+            s.record(r, seen[canonical_json(plan.config(s.option, s.tp, s.rate, s.cand, r, fb))], plan.slo, fb)
     else:
         raise SpecsimError(f"plan did not converge in {MAX_ROUNDS} rounds")
     rows = summary_rows(plan, searches)
     return PlanReport(str(out), k - 1, len(seen), searches, rows, notes, dict(plan.slo))
+
+
+def _bounds(plan: PlanSpec, s: Search) -> tuple[int, int | None]:
+    """Where the search starts, from the step costs (`plan_keepup.replica_bounds`); (1, None) where the setup
+    cannot be resolved here (its simulation then says why). Run in this process before any round, it also fills
+    the caches a forked worker inherits (profiles, step costs, the bands choose-draft advises)."""
+    try:
+        return plan_keepup.replica_bounds(plan.config(s.option, s.tp, s.rate, s.cand, 1), s.cand.policy is None)
+    except (SpecsimError, ValueError):
+        return 1, None
 
 
 def _claim(out: Path, plan: PlanSpec) -> None:

@@ -21,6 +21,16 @@ halves:
 
 A point keeps up iff `served_ratio ≥ 1 − SERVED_TOL − NOISE_SIGMAS · served_noise` and
 `ttft_growth_s_per_s ≤ QUEUE_GROWTH_MAX`; `why_not_keeping_up` says which failed, with its figures.
+
+Before simulating, `replica_bounds` brackets the count from the step costs alone (the planner starts its search
+there; every answer is still simulated, and so is the count below it):
+- lower: fewer replicas serve less than what arrives even in the best case — every step at max_batch and the
+  shortest context, prefills free, the speculative steps at the most efficient γ with eq. (1)'s mean tokens per
+  step (the mean, not a worst case: at that count the queue grows in expectation);
+- stable: that many replicas serve more than what arrives even in the worst case — every step at the longest
+  context, the batch the KV reservation holds of the largest requests, one token per request per step, γ_max
+  with every request catching up, and a prefill alone at the longest prompt for every request (so the queue drains
+  in expectation; the SLOs may still need more).
 """
 
 from __future__ import annotations
@@ -100,3 +110,57 @@ def why_not_keeping_up(row: dict, prefix: str = "") -> str | None:
     if growth > QUEUE_GROWTH_MAX:
         out.append(f"TTFT grows {growth:.3g} s per s over the run (limit {QUEUE_GROWTH_MAX:g})")
     return ("does not keep up: " + "; ".join(out)) if out else None
+
+
+def replica_bounds(cfg, plain: bool) -> tuple[int, int | None]:
+    """(lower, stable) replica counts for `cfg`'s offered load (its replicas ignored), from its step costs (the
+    module docstring says which cases each bounds); plain: the paired baseline's. (1, None) where no bound holds:
+    a closed loop, fixed_c (its times are in target passes, its rate in requests per second), a token tree."""
+    from specsim.setup.run import resolve
+
+    s = resolve(cfg)
+    wl, costs, pol = s.workload, s.costs, s.policy
+    span = float(wl.arrival_s.max() - wl.arrival_s.min()) if wl.n > 1 else 0.0
+    if wl.mode == "closed" or costs.fixed_c is not None or span <= 0 or (not plain and costs.tree is not None):
+        return 1, None
+    offered = math.fsum(wl.output_len.tolist()) / wl.n * (wl.n - 1) / span  # tokens/s: rate × mean output
+    best = _best_tok_s(s, plain)
+    worst = _worst_tok_s(s, plain)
+    lower = max(1, math.ceil(offered / best))
+    stable = None if worst is None else max(lower, math.floor(offered / worst) + 1)
+    return lower, stable
+
+
+def _best_tok_s(s, plain: bool) -> float:
+    """One replica's best-case mean throughput: max_batch, the shortest context, the most efficient γ."""
+    from specsim import theory
+
+    wl, costs = s.workload, s.costs
+    B, L = int(wl.max_batch), float(wl.prompt_len.min())
+    X = L if costs.enc_dec else 0.0
+    if plain:
+        return B / costs.plain_step(B, L, X)[0]
+    pol = s.policy
+    G = pol.fixed_gamma if pol.fixed_gamma is not None else getattr(pol, "gamma_at", lambda b: None)(B)
+    gammas = (G,) if G is not None else range(1, pol.max_gamma + 1)  # γ set by the batch, or the best of any
+    return max(B * theory.expected_tokens(s.acceptance.alpha, g) / costs.spec_step(B, g, L, X)[0] for g in gammas)
+
+
+def _worst_tok_s(s, plain: bool) -> float | None:
+    """One replica's worst-case throughput while its queue is not empty (None: not even one request fits)."""
+    wl, costs = s.workload, s.costs
+    mem = s.mem_base if plain else s.mem_spec
+    P, O = int(wl.prompt_len.max()), int(wl.output_len.max())
+    B = int(wl.max_batch)
+    if mem is not None:
+        B = min(B, int(mem.kv_budget // float(mem.request_bytes(np.array([P]), np.array([O]))[0])))
+    if B < 1:
+        return None
+    L = float(P + O)
+    X = float(P) if costs.enc_dec else 0.0
+    G = s.policy.max_gamma
+    step = costs.plain_step(B, L, X)[0] if plain else costs.spec_step(B, G, L, X, B)[0]
+    prefill = costs.prefill(1, P, not plain)[0]
+    # per step B tokens; B / (mean output) requests finish per step, each with its own prefill
+    per_req = math.fsum(wl.output_len.tolist()) / wl.n
+    return B / (step + B / per_req * prefill)
