@@ -322,7 +322,7 @@ def _speculative_config(data: Any) -> Any:
     from specsim.methods.spec_config import expand  # lazily: the methods package reads profiles
 
     groups = {k: (v.model_dump(exclude_unset=True) if isinstance(v, BaseModel) else v) for k, v in data.items()}
-    return expand(dict(groups, speculation=spec), flag("speculative_config"))
+    return expand(dict(groups, speculation=spec), flag("speculative_config"), FLAT)
 
 
 def _default_head(data: Any) -> Any:

@@ -237,10 +237,11 @@ def _check_ignored(data: dict, flag: str) -> list[str]:
     return out
 
 
-def expand(groups: dict, flag: str = FLAG) -> dict:
+def expand(groups: dict, flag: str, flat: dict[str, str]) -> dict:
     """SimConfig's grouped input with its `speculative_config` read into the fields it sets (`read`); a field
-    also given on its own with another value is one line (`given twice`)."""
-    from specsim.config import FLAT, flag as flag_of
+    also given on its own with another value is one line (`given twice`). `flat` is SimConfig's field -> group map
+    (`config.FLAT`, passed in: config calls this, so this never imports config)."""
+    from specsim.config_rules import flag as flag_of
 
     text = (groups.get("speculation") or {}).get("speculative_config")
     if text is None:
@@ -256,13 +257,13 @@ def expand(groups: dict, flag: str = FLAG) -> dict:
                           value=p.disable_by_batch_size, allowed="engine_profile specsim, or drop the key")
     out = dict(groups)
     for fld, v in p.fields.items():
-        group = dict(out.get(FLAT[fld]) or {})
+        group = dict(out.get(flat[fld]) or {})
         if group.get(fld) is not None and group[fld] != v:
             key = next((k for k, f in _TO_FIELD.items() if f == fld), fld)
             raise ConfigError(f"given twice: {flag_of(fld)} and {flag} {key}", field=flag_of(fld),
                               value=group[fld], allowed=f"one of them, or the same value")
         group[fld] = v
-        out[FLAT[fld]] = group
+        out[flat[fld]] = group
     return out
 
 

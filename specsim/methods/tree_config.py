@@ -78,7 +78,7 @@ def tree_gamma(data: Any) -> Any:
 
 def tree_rules(cfg) -> None:
     """The rules of the module doc, each one line naming its fields."""
-    from specsim.config import RuleViolation
+    from specsim.config_rules import RuleViolation
 
     s, d, a = cfg.speculation, cfg.deployment, cfg.acceptance
     if s.speculative_token_tree is None:
