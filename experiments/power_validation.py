@@ -28,7 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from specsim.cost.calibrate_io import read_power_rows  # noqa: E402
-from specsim.cost.power_fit import fit_curve, leave_one_model_out, lomo_record, mean_abs, row_parts  # noqa: E402
+from specsim.cost.power_fit import fit_curve, leave_one_model_out, lomo_record, mean_abs  # noqa: E402
+from specsim.setup.power_rows import row_parts  # noqa: E402
 
 CSV_IN = ROOT / "tests/fixtures/power/mlenergy_v3_lm_arena_chat.csv"
 OUT = ROOT / "experiments/results"

@@ -44,8 +44,6 @@ LAYERS: dict[str, int] = {
 
 # Upward imports still present: (importing module, imported module). Only ever remove lines from this list.
 ALLOWLIST: set[tuple[str, str]] = {
-    # power calibration resolves a whole deployment (roofline or measured kernels) to price a measured power row
-    ("specsim.cost.power_fit", "specsim.setup.deployment"),
     # the measured stack prices heads through the methods package (their roofline stand-in, the calibration heads)
     ("specsim.cost.measured_stack", "specsim.methods"),
     ("specsim.cost.measured_stack", "specsim.methods.heads"),

@@ -11,7 +11,8 @@ from conftest import cli_capsys
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from specsim.cost.calibrate_io import read_power_rows, write_power_profile
-from specsim.cost.power_fit import PowerRow, fit_curve, leave_one_model_out, predict_w, row_parts
+from specsim.cost.power_fit import PowerRow, fit_curve, leave_one_model_out, predict_w
+from specsim.setup.power_rows import row_parts
 from specsim.errors import ConfigError
 from specsim.profiles import loader
 from specsim.simulate import make_config, run as run_point

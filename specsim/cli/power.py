@@ -37,7 +37,8 @@ def calibrate_power(
     """Fit running_floor_w, power_mbu_weight, power_mfu_weight to measured W per GPU; check them on held-out
     models."""
     from specsim.cost.calibrate_io import check_power_physics, read_power_rows, write_power_profile
-    from specsim.cost.power_fit import fit_curve, leave_one_model_out, mean_abs, row_parts
+    from specsim.cost.power_fit import fit_curve, leave_one_model_out, mean_abs
+    from specsim.setup.power_rows import row_parts
     from specsim.errors import ConfigError, check_range
     from specsim.inputs.files import input_file, output_file
     from specsim.profiles import loader

@@ -7,9 +7,9 @@ simulator will feed it to watts:
 - a serving step at batch B is one decode pass (B sequences × 1 position at the mean live context
   prompt + output / 2) plus its share of prefills: B / output_len requests are admitted per step in steady state,
   each a prefill pass over its prompt (ML.ENERGY's energy window includes them). Each part's (MBU, MFU) comes from
-  the row's cost model (`Deployment.resolve`: the roofline under a stack profile, or a measured-kernel stack), and
-  the row's power is the time-weighted mean of the parts' powers — the same per-pass rule `run_energy` applies to a
-  simulated run.
+  the row's cost model (`specsim.setup.power_rows.row_parts`, through `Deployment.resolve`: the roofline under a
+  stack profile, or a measured-kernel stack), and the row's power is the time-weighted mean of the parts' powers —
+  the same per-pass rule `run_energy` applies to a simulated run.
 - prompt and output lengths are the row's own when given, else the caller's defaults (an assumption, stated where
   used).
 The fit: least squares on relative error of W per GPU, over (floor fraction of TDP, w_mbu, w_mfu), each row in
@@ -56,24 +56,6 @@ class RowParts:
     parts: tuple[tuple[float, float, float], ...]
     tdp_w: float
     idle_w: float
-
-
-def row_parts(row: PowerRow) -> RowParts:
-    """The row's decode pass and its prefill share, priced by the cost model (module docstring)."""
-    from specsim.setup.deployment import Deployment
-
-    dep = Deployment.resolve(row.gpu, row.model, stack=row.stack, tp=row.tp)  # roofline or measured kernels alike
-    hw, cm = dep.hardware, dep.cost_models[0]
-    if hw.tdp_w is None or hw.idle_w is None:
-        raise ConfigError("the hardware profile has no tdp_w / idle_w to fit a power curve to", field="gpu",
-                          value=row.gpu, allowed="a profile with tdp_w and idle_w")
-    B = max(1, int(round(row.batch)))
-    dec = cm.pass_cost(B, 1, int(row.prompt_len + row.output_len / 2))
-    pre = cm.prefill_cost(1, row.prompt_len)
-    bw, peak = dep.peak_bytes_s, dep.peak_flops
-    parts = tuple((p.time_s * w, p.bytes / (p.time_s * bw), p.flops / (p.time_s * peak))
-                  for p, w in ((dec, 1.0), (pre, B / row.output_len)))
-    return RowParts(row, parts, hw.tdp_w, hw.idle_w)
 
 
 def predict_w(theta, rp: RowParts) -> float:
