@@ -164,3 +164,17 @@ def test_the_printed_configs_paste_back(capsys):
         assert spec["gamma"] == band[2] and spec["draft"] == "llama-3.2-1b"
     trt = next(ln for ln in out.splitlines() if "draft_len_schedule:" in ln)
     assert f"max_draft_len: {given[0][2]}" in trt and "{1: " in trt
+
+
+def test_a_token_tree_is_printed_in_vllms_own_form():
+    from specsim.methods.tree import parse_tree
+    from specsim.studies.schedule import vllm_tree
+
+    text = vllm_tree('{"widths": [2, 2, 1]}', None, 0.7)
+    assert text.startswith("[(0,), (1,), (0, 0)") and parse_tree(text, None).nodes == 10  # vLLM's tuple literal
+    row = dict(_row([3, 0], loads=(1, 256), method="eagle3", draft="eagle3-llama-3.1-8b (10-node tree)"),
+               tree='{"widths": [2, 2, 1]}', tree_vllm=text)
+    cfg = engine_configs(row, "llama-3.1-8b", "batch")
+    assert cfg["vllm"]["per_band"][0]["speculative_config"]["speculative_token_tree"] == text
+    assert cfg["vllm"]["per_band"][0]["speculative_config"]["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert cfg["trtllm"] is None  # a tree's depth is its shape: no draft-length schedule

@@ -311,7 +311,9 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
            "c": sims[0]["c"] if sims else None,
            "clustering_delta": sims[0]["clustering_delta"] if sims else None}
     row["bands_text"] = bands_text(row["bands"], kind)
-    row["engine_configs"] = schedule.engine_configs(dict(row, draft_tp=spec.draft_tp), dep.target.name, kind)
+    tree_vllm = schedule.vllm_tree(spec.tree, spec.tree_topk, None if spec.trace else spec.alpha)
+    row["engine_configs"] = schedule.engine_configs(dict(row, draft_tp=spec.draft_tp, tree_vllm=tree_vllm),
+                                                    dep.target.name, kind)
     why = _why(dep, kind, points, spec.alpha, prompt_len)
     if why:  # only then: a dense target that wins everywhere keeps its output as it was
         row["why"] = why

@@ -28,7 +28,7 @@ The configs (`engine_configs`, batch mode only — both engines switch on the li
   profile name where none is listed, the target's repo for MTP, and absent for n-gram.
 - TensorRT-LLM: `speculative_config`'s `max_draft_len` and `draft_len_schedule`, a dict batch-size threshold →
   draft length: a batch of size B drafts the value of the largest threshold ≤ B; threshold 1 is required and
-  equals max_draft_len; 0 disables speculation (TensorRT-LLM 1.2, tensorrt_llm/llmapi/llm_args.py,
+  equals max_draft_len; 0 disables speculation; none for a token tree, whose depth is its shape (TensorRT-LLM 1.2, tensorrt_llm/llmapi/llm_args.py,
   DecodingBaseConfig.draft_len_schedule, a developer interface there; not checked against its code in this
   repository — the package index ships only a stub of tensorrt-llm). JSON keys are strings; TensorRT-LLM's
   pydantic model reads "8" as 8. Below the first simulated batch the first band's γ holds, above the last the
@@ -130,9 +130,18 @@ def vllm_speculative_config(row: dict, target: str, gamma: int) -> dict | None:
     cfg["num_speculative_tokens"] = int(gamma)
     if row.get("draft_tp"):
         cfg["draft_tensor_parallel_size"] = int(row["draft_tp"])
-    if row.get("tree"):
-        cfg["speculative_token_tree"] = row["tree"]
+    if row.get("tree"):  # vLLM's own form: the rank paths as a Python literal (specsim's widths/dynamic forms expanded)
+        cfg["speculative_token_tree"] = row.get("tree_vllm") or row["tree"]
     return cfg
+
+
+def vllm_tree(tree: str | None, topk, alpha: float | None) -> str | None:
+    """A token tree as vLLM's `speculative_token_tree` takes it: "[(0,), (1,), (0, 0)]" (every node's rank path)."""
+    if tree is None:
+        return None
+    from specsim.methods.tree_config import tree_setup
+
+    return str([tuple(p) for p in tree_setup(tree, topk, alpha).tree.paths])
 
 
 def engine_configs(row: dict, target: str, kind: str) -> dict | None:
@@ -144,7 +153,8 @@ def engine_configs(row: dict, target: str, kind: str) -> dict | None:
                  "speculative_config": vllm_speculative_config(row, target, b["gamma"])} for b in bs]
     first = int(bs[0]["gamma"])
     sched = {str(1 if k == 0 else int(b["min"])): int(b["gamma"]) for k, b in enumerate(bs)}
-    trt = None if first == 0 else {"max_draft_len": first, "draft_len_schedule": sched}
+    # a chain only: a token tree's depth is fixed by its shape, so its schedule is on/off, not a draft length
+    trt = None if first == 0 or row.get("tree") else {"max_draft_len": first, "draft_len_schedule": sched}
     return {"vllm": {"num_speculative_tokens_per_batch_size": [[int(b["min"]), int(b["max"]), int(b["gamma"])]
                                                                for b in bs], "per_band": per_band},
             "trtllm": trt}
@@ -163,13 +173,14 @@ def config_lines(res: dict) -> list[str]:
              + json.dumps(v["num_speculative_tokens_per_batch_size"]),
              "  vLLM takes one num_speculative_tokens per server; per batch band:"]
     for b in v["per_band"]:
-        band = f"batch {b['batch_min']}–{b['batch_max']}"
+        band = f"batch {b['batch_min']}" + (f"–{b['batch_max']}" if b["batch_max"] > b["batch_min"] else "")
         sc = b["speculative_config"]
         lines.append(f"    {band}: " + (f"--speculative-config '{json.dumps(sc)}'" if sc else
                                         "no --speculative-config (plain decoding pays more)"))
     t = cfg["trtllm"]
     if t is None:
-        lines.append("  TensorRT-LLM: no speculation (it does not pay at the first batch)")
+        lines.append("  TensorRT-LLM: " + ("no draft_len_schedule for a token tree (its depth is its shape)"
+                                          if row.get("tree") else "no speculation (it does not pay at the first batch)"))
     else:
         sched = ", ".join(f"{k}: {g}" for k, g in t["draft_len_schedule"].items())
         lines.append(f"  TensorRT-LLM speculative_config: max_draft_len: {t['max_draft_len']}, draft_len_schedule: "
