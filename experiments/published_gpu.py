@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specsim.cost import measured_stack as ms  # noqa: E402
+from specsim.methods import measured_heads as mh  # noqa: E402
 from specsim.methods import heads  # noqa: E402
 from specsim.profiles import loader  # noqa: E402
 from specsim.setup.deployment import Deployment  # noqa: E402
@@ -67,7 +68,7 @@ def models(stack: str, method: str, terms: ms.EngineTerms | None = None):
     if terms is not None:  # the sensitivity run: other calibration rows, same formula
         hw = loader.hardware(HW)
         target = ms.model_cost(d.target, hw, d.stack.engine, d.stack.version, 1, terms)
-        head = ms.head_cost(d.draft, hw, d.stack.engine, d.stack.version, 1, terms)
+        head = mh.head_cost(d.draft, hw, d.stack.engine, d.stack.version, 1, terms)
     return target, head
 
 
@@ -82,14 +83,14 @@ def predict(row: dict, target, head, context: int = ms.CAL_CONTEXT) -> dict:
 
 def terms_from(k_cal: int) -> ms.EngineTerms:
     """The vLLM terms with the per-draft-pass ones taken from the series-A rows at K = k_cal instead."""
-    base = ms.engine_terms("vllm", "0.24.0")
+    base = mh.engine_terms("vllm", "0.24.0")
     hw = loader.hardware(HW)
     target = ms.model_cost(loader.model(TARGET), hw, "vllm", "0.24.0", 1, base)
     draft, src = {}, dict(base.sources)
     for method, row in (("eagle", ms.SPECULATIVE[("vllm", "eagle")]), ("eagle3", ms.SPECULATIVE[("vllm", "eagle3")])):
         al, tpot = SERIES_A[k_cal][0:2] if method == "eagle" else SERIES_A[k_cal][2:4]
         r = replace(row, k=k_cal, al=al, tpot_s=tpot * 1e-3)
-        draft[method] = ms.per_pass_from_row(target, ms.head_cost(heads.head(HEADS[method]), hw, "vllm", "0.24.0", 1,
+        draft[method] = ms.per_pass_from_row(target, mh.head_cost(heads.head(HEADS[method]), hw, "vllm", "0.24.0", 1,
                                                                   base), base.step_s, r)
         src[f"draft_pass_s.{method}"] = f"series A K = {k_cal} row"
     return replace(base, draft_pass_s=draft, sources=src)
@@ -132,7 +133,7 @@ def write(table: list[dict], summary: dict) -> None:
         w.writeheader()
         for r in table:
             w.writerow({c: (f"{r[c]:.6g}" if isinstance(r[c], float) else r[c]) for c in cols})
-    terms = ms.engine_terms("vllm", "0.24.0")
+    terms = mh.engine_terms("vllm", "0.24.0")
     lines = ["# Published GPU results predicted (experiments/published_gpu.py)", "",
              "Rows: ../shared/reference/published-gpu.md series A (vLLM issue 20780) and B (vLLM PR 16937), "
              "Llama-3.1-8B-Instruct on H100, batch 1. Predicted from each row's plain figure and AL only "

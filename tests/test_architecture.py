@@ -44,9 +44,6 @@ LAYERS: dict[str, int] = {
 
 # Upward imports still present: (importing module, imported module). Only ever remove lines from this list.
 ALLOWLIST: set[tuple[str, str]] = {
-    # the measured stack prices heads through the methods package (their roofline stand-in, the calibration heads)
-    ("specsim.cost.measured_stack", "specsim.methods"),
-    ("specsim.cost.measured_stack", "specsim.methods.heads"),
     # the bands policy's default bands are a study (choose-draft simulates fixed-γ points, which never need advice):
     # the setup stage asks for them once, the policy only receives them
     ("specsim.setup.bands", "specsim.studies.choose"),

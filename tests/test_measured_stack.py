@@ -19,6 +19,7 @@ from aiconfigurator_core.sdk.engine import EngineHandle  # noqa: E402
 
 from specsim.cost import kernels_db as kd  # noqa: E402
 from specsim.cost import measured_stack as ms  # noqa: E402
+from specsim.methods import measured_heads as mh  # noqa: E402
 from specsim.errors import ConfigError  # noqa: E402
 from specsim.setup.deployment import Deployment  # noqa: E402
 
@@ -99,7 +100,7 @@ def test_parts_sum_to_the_pass_and_engine_term_is_separate():
 
 
 def test_plain_term_is_calibrated_on_the_plain_figure_only():
-    t = ms.engine_terms("vllm", "0.24.0")
+    t = mh.engine_terms("vllm", "0.24.0")
     cm = _target("h100-sxm", "llama-3.1-8b")
     assert cm.pass_time_s(1, 1, ms.CAL_CONTEXT) == pytest.approx(ms.PLAIN["vllm"].tpot_s, rel=1e-9)
     assert 0 < t.step_s < ms.PLAIN["vllm"].tpot_s
@@ -108,7 +109,7 @@ def test_plain_term_is_calibrated_on_the_plain_figure_only():
         assert "K = 4 row" in t.sources[f"draft_pass_s.{method}"]
     assert t.draft_term("mtp")[1].startswith("borrowed from eagle")
     # engines without a published plain figure say so: kernels only
-    st = ms.measured_stack(None, "trtllm")
+    st = mh.measured_stack(None, "trtllm")
     assert st.step_s == 0 and "uncalibrated" in st.term_sources["step_s"]
 
 
@@ -198,7 +199,7 @@ def test_every_proposer_runs_on_the_measured_stack(draft, method):
                                "prompt_len": 64, "output_len": 32})
     row = run(cfg)
     assert 1.0 < row["speedup"] < 3.0
-    assert row["baseline_tpot_mean_s"] > ms.engine_terms("vllm", "0.24.0").step_s
+    assert row["baseline_tpot_mean_s"] > mh.engine_terms("vllm", "0.24.0").step_s
 
 
 def test_moe_verification_wakes_more_experts():

@@ -43,7 +43,7 @@ def resolve_stack(hardware: HardwareProfile | None, name: str | None) -> StackPr
     from specsim.cost import kernels_db
 
     if kernels_db.parse_stack(name) is not None:  # 'vllm', 'sglang', 'trtllm' (@version): measured kernels
-        from specsim.cost.measured_stack import measured_stack
+        from specsim.methods.measured_heads import measured_stack
 
         return measured_stack(hardware, name)
     if name is None or name == DEFAULT_STACK:
@@ -185,7 +185,7 @@ class Deployment:
             raise ConfigError(f"method {self.method} needs a decoder-only target", field="target",
                               value=self.target.name, allowed="a decoder-only target, or method draft_model")
         if _is_measured(self.stack):
-            from specsim.cost.measured_stack import head_cost
+            from specsim.methods.measured_heads import head_cost
 
             cm = head_cost(self.draft, self.hardware, self.stack.engine, self.stack.version, self.draft_tp_degree,
                            self.stack.terms())
@@ -200,7 +200,7 @@ class Deployment:
         from specsim.cost.roofline import CostModel, check_tp
 
         if not isinstance(model, ModelProfile) and _is_measured(self.stack):
-            from specsim.cost.measured_stack import head_cost
+            from specsim.methods.measured_heads import head_cost
 
             return head_cost(model, self.hardware, self.stack.engine, self.stack.version, tp, self.stack.terms())
         if not isinstance(model, ModelProfile):  # a head standing alone (the sweep's per-profile check)
