@@ -11,7 +11,8 @@ from specsim.setup.deployment import Deployment
 
 
 def row_parts(row: PowerRow) -> RowParts:
-    """The row's decode pass and its prefill share, priced by the cost model (`specsim.cost.power_fit`'s module docstring)."""
+    """The row's decode pass and its prefill share, priced by the cost model (`specsim.cost.power_fit`'s module
+    docstring)."""
     dep = Deployment.resolve(row.gpu, row.model, stack=row.stack, tp=row.tp)  # roofline or measured kernels alike
     hw, cm = dep.hardware, dep.cost_models[0]
     if hw.tdp_w is None or hw.idle_w is None:

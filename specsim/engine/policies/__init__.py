@@ -8,8 +8,8 @@ static-shape serving engines do).
 
 A new policy is one module here with a `Policy` subclass (its `build` classmethod makes it from the config; what it
 needs worked out beforehand, e.g. default bands, comes from `specsim.setup.run.POLICY_INPUTS`), its test, and one
-line in `specsim.registry.POLICIES` (config's choices and POLICIES here follow from it). vLLM's `disable_by_batch_size` is a rule over
-whichever policy runs (`disable_by_batch.wrap`, applied by `make_policy`).
+line in `specsim.registry.POLICIES` (config's choices and POLICIES here follow from it). vLLM's
+`disable_by_batch_size` is a rule over whichever policy runs (`disable_by_batch.wrap`, applied by `make_policy`).
 """
 
 from __future__ import annotations

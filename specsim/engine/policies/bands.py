@@ -12,8 +12,9 @@ target, and the draft with the run's α — or its trace —, prompt and output 
 per batch size at choose-draft's default batch sizes 1 … 64 and γ ≤ 8, each point simulated with 64 requests (one
 wave at batch 64; a small count keeps the advice cheap — it is cached per setup within a process). The policy
 itself never runs a simulation. Above 64 the last band's γ holds (the nearest-band rule; choose-draft predicts
-nothing beyond its range). Where choose-draft advises no speculation its band has γ = 0: those iterations draft nothing and
-verify one position per request (priced as a plain decode step; the draft still prefills the request's prompt).
+nothing beyond its range). Where choose-draft advises no speculation its band has γ = 0: those iterations draft
+nothing and verify one position per request (priced as a plain decode step; the draft still prefills the request's
+prompt).
 The advice prices passes with the roofline of the hardware profile, whatever cost mode the run itself uses.
 """
 
