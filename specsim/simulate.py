@@ -75,7 +75,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     summary["engine_profile"] = cfg.engine.engine_profile
     summary.update(_method_keys(cfg, costs))
     summary.update(extra)
-    summary.update(_why(cfg, costs, wl, summary, spec.step_gamma))
+    summary.update(_why(cfg, costs, wl, summary, spec.step_gamma) if s.profile.explains_steps else {})
     return SimResult(cfg, summary, wl, spec, base)
 
 
@@ -178,10 +178,11 @@ def _method_keys(cfg, costs: StepCosts) -> dict:
 def _why(cfg, costs: StepCosts, wl: Workload, out: dict, step_gammas=None) -> dict:
     """`why`: one line on what makes speculation lose (`specsim.cost.explain.explain_step`), only when the
     simulated speedup is below 1 and the roofline prices the passes, at the run's mean batch and mean context and
-    the γ its steps ran (`step_gammas`, the records' batch-largest γ per step)."""
+    the γ its steps ran (`step_gammas`, the records' batch-largest γ per step); asked only of an engine profile
+    whose steps it prices (`EngineProfile.explains_steps`)."""
     s, tau = out.get("speedup"), out.get("tokens_per_target_run")
     if s is None or s >= 1.0 or tau is None or cfg.deployment.fixed_c is not None \
-            or not hasattr(costs.target, "pass_cost") or cfg.engine.engine_profile != "specsim":
+            or not hasattr(costs.target, "pass_cost"):
         return {}
     from specsim.cost.explain import explain_step
 

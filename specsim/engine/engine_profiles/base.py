@@ -14,6 +14,7 @@ from specsim.errors import ConfigError
 
 class EngineProfile:
     name: str = ""
+    explains_steps: bool = False  # True: a losing run's `why` line (cost.explain) reads its steps as its own
 
     def accepts(self, cfg) -> list[ConfigError]:
         """What of `cfg` this profile cannot model, one ConfigError each (empty: all of it)."""

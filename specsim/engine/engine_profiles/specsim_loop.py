@@ -18,6 +18,7 @@ from specsim.errors import ConfigError
 
 class SpecsimLoop(EngineProfile):
     name = "specsim"
+    explains_steps = True  # cost.explain prices a step as this engine runs it (γ draft passes, one verification)
 
     def accepts(self, cfg) -> list[ConfigError]:
         if cfg.engine.engine == "fast" and not closed_batch_one(cfg):
