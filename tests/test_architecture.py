@@ -158,3 +158,30 @@ def test_the_checker_sees_lazy_and_upward_imports():
     assert node.module == "specsim.studies.choose" and LAYERS[unit(node.module)] > LAYERS["engine"]
     assert _cycles({("a", "b"), ("b", "a"), ("b", "c")}) == [["a", "b"]] and not _cycles({("a", "b"), ("b", "c")})
     assert any(src == "specsim.simulate" for src, _, _ in imports())  # the walk reaches modules at all
+
+
+def test_registry_entries_name_engine_code_only():
+    """specsim.registry's strings are imports the walk above cannot see: each must name a module of the engine
+    layer (a plugin), so the registry cannot smuggle an upward dependency into config."""
+    from specsim import registry
+
+    for table in (registry.POLICIES, registry.ENGINE_PROFILES):
+        for name, where in table.items():
+            module = where.partition(":")[0]
+            assert unit(module) == "engine" and (ROOT.parent / (module.replace(".", "/") + ".py")).exists(), where
+
+
+def test_limits_are_stated_once():
+    """SimConfig's bounds are specsim.limits' (a bound restated as a literal would drift)."""
+    from specsim import limits
+    from specsim.config import FLAT_FIELDS
+    from specsim.methods.tree import MAX_TREE_DEPTH
+
+    def le(field):
+        return next(m.le for m in FLAT_FIELDS[field].metadata if getattr(m, "le", None) is not None)
+
+    assert (le("gamma"), MAX_TREE_DEPTH) == (limits.GAMMA_CAP,) * 2
+    assert le("batch") == le("max_batch") == limits.MAX_BATCH
+    assert le("tp") == le("draft_tp") == limits.MAX_TP and le("replicas") == limits.MAX_REPLICAS
+    assert le("prompt_len") == le("output_len") == limits.MAX_LENGTH_TOKENS and le("requests") == limits.MAX_REQUESTS
+    assert le("max_num_seqs") == limits.MAX_NUM_SEQS and le("max_num_batched_tokens") == limits.MAX_BATCHED_TOKENS
