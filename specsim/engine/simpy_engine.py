@@ -106,13 +106,15 @@ class _Shared:
 
     def arrivals(self):
         """Open loop: the arrival process — each request is routed at its arrival time."""
-        env, arr, n = self.env, self.arrival, self.n
+        env, arr, n, route, timeout = self.env, self.arrival.tolist(), self.n, self.route, self.env.timeout
         while self.next < n:
             a = arr[self.next]
-            if a > env.now:
-                yield env.timeout(_delay_to(env.now, a))
+            now = env.now
+            if a > now:
+                d = a - now
+                yield timeout(d if now + d >= a else _delay_to(now, a))
             self.next += 1
-            self.route(self.next - 1)
+            route(self.next - 1)
 
     def wait(self, r: int) -> simpy.Event:
         ev = self.idle[r] = self.env.event()
@@ -167,46 +169,57 @@ class _Replica:
         return new
 
     def loop(self):
-        """The module docstring's four steps, once per iteration."""
+        """The module docstring's four steps, once per iteration. (Hot path: names bound once; the clock after a
+        step's timeout is SimPy's own `now + (t_end − now)`, computed alike here instead of read back.)"""
         sim, sh, env, k, q, r = self.sim, self.sim.shared, self.sim.env, self.kernel, self.queue, self.index
         costs, spec, steps, glob = sim.costs, sim.policy is not None, sim.steps, self.steps_global
         spec_step, plain_step, timeout = costs.spec_step, costs.plain_step, env.timeout
+        prefill, admit, kstep, add_row = costs.prefill, self._admit, k.step, steps.append
         prompt_l = sim.prompt_l
+        now = env.now
         while True:
             if self.hold_s:
                 d, self.hold_s = self.hold_s, 0.0
                 yield timeout(d)
-            now = env.now
+                now = env.now
             # 1. admit from the head of this replica's queue (the router filled it)
-            new = self._admit(k.size) if q else []
+            new = admit(k.size) if q else None
             if not new and not k.size:
                 if sh.done == sh.n:
                     return
                 yield sh.wait(r)  # the router wakes this replica when a request reaches its queue
+                now = env.now
                 continue
             # 2. prefill the admitted requests together (output token 0)
-            pre_t, early = 0.0, None
+            early = None
             if new:
                 pmean = sum(prompt_l[i] for i in new) / len(new)  # = prompt_len[new].mean() (exact integers)
-                pre_t, pre_b, pre_f = costs.prefill(len(new), pmean, spec)
+                pre_t, pre_b, pre_f = prefill(len(new), pmean, spec)
                 early = k.admit(new, now, now + pre_t)
             # 3. one decode step over the active batch, priced at its mean live context
-            B, gone = k.size, None
+            B = k.size
             if B:
                 L, X = k.ctx_sum / B, k.cross_sum / B
-                G, K, gone = k.step()
+                G, K, gone = kstep()
                 t, b, f = spec_step(B, G, L, X, K) if spec else plain_step(B, L, X)
                 if new:
                     t, b, f = t + pre_t, b + pre_b, f + pre_f
                 if glob is not None:
                     glob.append(len(steps))
-                steps.append((now + t, t, B, G, b, f))  # a StepRow's fields in order (see _Sim.steps)
                 t_end = now + t
+                add_row((t_end, t, B, G, b, f))  # a StepRow's fields in order (see _Sim.steps)
             else:
-                t_end = now + pre_t
-            yield timeout(t_end - now)  # SimPy's clock becomes now + (t_end - now)
+                t_end, gone = now + pre_t, None
+            d = t_end - now
+            yield timeout(d)
+            now = now + d  # = env.now: SimPy's clock became now + (t_end − now)
             # 4. the requests done at the prefill or in this step leave
-            if early is not None or gone is not None:
+            if gone is not None and early is None:
+                left, freed = k.leave(gone, t_end)
+                self.kv_used -= freed
+                if left:
+                    sh.finished(r, left)
+            elif early is not None or gone is not None:
                 self._leave(early, gone, t_end)
 
     def _leave(self, early, gone, t_end: float) -> None:

@@ -152,7 +152,10 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
         for s, r, fb in probes:
             cfg = plan.config(s.option, s.tp, s.rate, s.cand, r, fb)
             configs.setdefault(canonical_json(cfg), cfg)
-        todo = [c for key, c in configs.items() if key not in seen]
+        # the costliest points first (most requests, then most replicas: more, smaller steps), so that the cheap
+        # ones fill the workers' tails instead of one worker finishing a big point alone
+        todo = sorted((c for key, c in configs.items() if key not in seen),
+                      key=lambda c: (-(c.get("requests") or 0), -c.get("replicas")))
         if progress:
             print(f"specsim plan: round {k}: {len(probes)} open searches, {len(todo)} new points", file=sys.stderr)
         if todo:
