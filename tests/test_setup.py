@@ -92,3 +92,63 @@ def test_a_plugin_is_one_registry_line_the_config_and_the_engine_follow():
         assert issubclass(cls, Policy) and cls.name == name
     with pytest.raises(ConfigError, match="policy"):
         make_config(**HW, policy="greedy")
+
+
+def test_a_new_profile_and_policy_are_one_file_and_one_registry_line_each(tmp_path):
+    """What CONVENTIONS promises, done for real in a fresh interpreter: a profile module and a policy module
+    outside specsim, one registry line each (made before config is imported, as the line in the file would be),
+    and `simulate` accepts both names, runs them, and the profile's own refusal reaches the user as one line."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "toy_plugins.py").write_text('''
+from specsim.engine.engine_profiles.base import EngineProfile
+from specsim.engine.policies.fixed import FixedPolicy
+from specsim.engine.simpy_engine import run_engine
+from specsim.errors import ConfigError
+
+
+class Toy(EngineProfile):
+    name = "toy"
+
+    def accepts(self, cfg):
+        bad = cfg.workload.replicas != 1
+        return [ConfigError("not what toy models", field="--replicas", value=cfg.workload.replicas, allowed="1")] \\
+            if bad else []
+
+    def run(self, s):
+        spec = run_engine(s.workload, s.costs, s.acceptance, s.policy, s.mem_spec, 1, seed=s.cfg.workload.seed)
+        base = run_engine(s.workload, s.costs, None, None, s.mem_base, 1, seed=s.cfg.workload.seed)
+        return spec, base, {"engine": "toy-loop"}
+
+
+PROFILE = Toy()
+
+
+class AlwaysTwo(FixedPolicy):
+    name = "always-two"
+
+    @classmethod
+    def build(cls, gamma, alpha, c, cfg=None, **resolved):
+        return cls(2)
+''')
+    script = f'''
+import json, sys
+sys.path.insert(0, {str(tmp_path)!r})
+from specsim import registry
+registry.ENGINE_PROFILES["toy"] = "toy_plugins:PROFILE"
+registry.POLICIES["always-two"] = "toy_plugins:AlwaysTwo"
+from specsim.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+    base = ["--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.7",
+            "--batch", "4", "--requests", "8", "--engine-profile", "toy", "--policy", "always-two"]
+    run = subprocess.run([sys.executable, "-c", script, "simulate", *base, "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert (out["engine"], out["engine_profile"], out["policy"], out["gamma"]) == ("toy-loop", "toy", "always-two", 2)
+    refused = subprocess.run([sys.executable, "-c", script, "simulate", *base, "--replicas", "2"],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "not what toy models" in refused.stderr and "Traceback" not in refused.stderr
