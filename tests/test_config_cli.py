@@ -57,6 +57,20 @@ def test_flat_map_is_derived_from_the_groups():
     grown = config.flat_map({**GROUPS, "workload": Workload, "extra": Extra})
     assert list(grown)[-2:] == ["new_knob_s", "other"] and grown["new_knob_s"] == "workload"
     assert list(grown)[:-2] == list(FLAT)
+    # and the sweep's point ids need no list either: a field outside the frozen set enters an id only away from its
+    # default (the 15 fields added before issue 25 keep exactly the defaults they were listed with)
+    from specsim.sweep import grid
+
+    later = set(grid._LATER_FIELDS)
+    assert grid._ALWAYS_IN_ID | later == set(FLAT) and not grid._ALWAYS_IN_ID & later
+    assert grid._LATER_FIELDS == {
+        "draft_catchup": False, "engine_profile": "specsim", "max_num_seqs": None, "max_num_batched_tokens": None,
+        "block_size": None, "num_gpu_blocks": None, "long_prefill_token_threshold": 0, "step_table_target": None,
+        "step_table_draft": None, "method": "draft_model", "draft_tp": None, "speculative_config": None,
+        "speculative_token_tree": None, "tree_topk_acceptance": None, "slo_warmup_s": 0.0}
+    cfg = SimConfig(**PAIR, alpha=0.6)
+    assert "slo_warmup_s" not in grid.canonical_json(cfg) and "slo_warmup_s" in grid.canonical_json(
+        cfg.replace(slo_warmup_s=2.0))
 
 
 def test_flat_mapping_round_trips_in_the_sweep_column_order():

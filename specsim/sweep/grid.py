@@ -22,13 +22,15 @@ from specsim.setup.deployment import file_digest, load_profile, profile_digest, 
 # SimConfig fields naming data files a point reads (besides the profiles); content-hashed into the point ids
 DATA_FIELDS = tuple(f for f in ("trace", "arrivals_csv", "measured_target", "measured_draft", "step_table_target",
                                 "step_table_draft") if f in FLAT_FIELDS)
-# fields added to SimConfig after sweeps were first written enter a point's JSON (and id) only when set away from
-# their default, so such a field does not change the ids of points that do not use it
-_LATER_FIELDS = {"draft_catchup": False, "engine_profile": "specsim", "max_num_seqs": None,
-                 "max_num_batched_tokens": None, "block_size": None, "num_gpu_blocks": None,
-                 "long_prefill_token_threshold": 0, "step_table_target": None, "step_table_draft": None,
-                 "method": "draft_model", "draft_tp": None, "speculative_config": None,
-                 "speculative_token_tree": None, "tree_topk_acceptance": None, "slo_warmup_s": 0.0}
+# The fields always in a point's JSON (and id), frozen as of issue 25. Every other field — those added later, and
+# any field added from now on, with nothing to list — enters only when set away from its default, so adding a
+# field does not change the ids of points that do not use it.
+_ALWAYS_IN_ID = frozenset({
+    "hardware", "target", "draft", "stack", "tp", "alpha", "trace", "gamma", "policy",
+    "num_speculative_tokens_per_batch_size", "lenience", "fixed_c", "measured_target", "measured_draft", "batch",
+    "rate", "max_batch", "arrivals_csv", "requests", "prompt_len", "output_len", "seed", "length_dist", "replicas",
+    "router", "slo_ttft_s", "slo_tpot_s", "engine", "draft_kv_budget_tokens"})
+_LATER_FIELDS = {f: info.default for f, info in FLAT_FIELDS.items() if f not in _ALWAYS_IN_ID}
 
 
 def canonical_json(cfg: SimConfig) -> str:
