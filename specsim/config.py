@@ -25,15 +25,16 @@ from specsim import registry
 from specsim.errors import FieldError
 from specsim.limits import (GAMMA_CAP, MAX_BATCH, MAX_BATCHED_TOKENS, MAX_LENGTH_TOKENS, MAX_NUM_SEQS,
                             MAX_REPLICAS, MAX_REQUESTS, MAX_TP)
+from specsim.methods import METHODS  # config sits above methods (tests/test_architecture.py)
 
 Policy = Literal[tuple(registry.POLICIES)]  # "fixed", "optimal", ...: the registry names every γ policy
 LengthDist = Literal["fixed", "uniform", "lognormal"]
 Engine = Literal["simpy", "fast", "auto"]
 EngineProfile = Literal[tuple(registry.ENGINE_PROFILES)]  # "specsim", "hf-assisted", "vllm-v1"
 RouterName = Literal["round-robin", "least-outstanding", "power-of-two", "shared-queue"]  # engine/routers.py
-# speculation methods, named as vLLM's SpeculativeConfig names them (specsim.methods.METHODS)
-Method = Literal["draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"]
-HEAD_METHODS = ("eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")  # proposers whose `draft` is a head profile
+# speculation methods, named as vLLM's SpeculativeConfig names them: specsim.methods.METHODS is the one list
+Method = Literal[tuple(METHODS)]  # "draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"
+HEAD_METHODS = tuple(n for n, m in METHODS.items() if m.model_kind == "head")  # their `draft` is a head profile
 
 
 class _Group(BaseModel):

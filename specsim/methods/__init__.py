@@ -1,7 +1,7 @@
 """Speculation methods as strategies, named as vLLM names them (`--speculative-config '{"method": ...}'`).
 
-One module per method family with a `base.Method` subclass, one entry in METHODS (and its name in
-`specsim.config.Method`). `specsim.setup.deployment.Deployment` builds the method's proposal cost model;
+One module per method family with a `base.Method` subclass and one entry in METHODS (`specsim.config.Method`, the
+choices of `--method`, is built from it). `specsim.setup.deployment.Deployment` builds the method's proposal cost model;
 `specsim.cost.steptime.StepCosts` prices a step with it (`passes`, `c_divisor`); the engines never name a method.
 Head profiles (EAGLE-3, MTP, Medusa, the n-gram / suffix host costs) live in model_profiles/heads/ (`heads`).
 """
