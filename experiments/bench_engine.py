@@ -10,9 +10,10 @@ sweep pays per point: the speculative run, its paired plain-decoding baseline, a
 - b8, b64:  batch 8 / 64 closed loop, engine 'simpy'; reference: `loop`, and `closed_vectorized` (a lower bound)
 - poisson:  Poisson arrivals, 10 req/s, batch cap 256, engine 'simpy'; reference: `loop`
 - trace64:  batch 64 closed loop driven by a β trace, engine 'simpy'; reference: `loop` (trace draws)
-Engine 'simpy' is the step-by-step engine (`specsim.engine.simpy_engine`; no longer SimPy itself): in the closed-loop
-modes it runs its iteration-space kernel (`specsim.engine.closed`; trace64's lives drawn by the fast path's
-lockstep), in poisson its event loop (`specsim.engine.events`) with the 'ahead' kernel.
+Engine 'simpy' is the step-by-step engine (`specsim.engine.simpy_engine`, SimPy again since issue 25: the arrival
+process, the router and each replica's loop are SimPy processes, one event per iteration): in the closed-loop modes
+it runs its iteration-space kernel (`specsim.engine.closed`, an exact shortcut; trace64's lives drawn by the fast
+path's lockstep), in poisson SimPy's event loop with the 'ahead' kernel — the one mode where SimPy is in the loop.
 Every reference's totals (steps, tokens, walltime, mean TTFT / end-to-end latency, speculative and baseline) are
 checked against specsim's row before anything is timed; a mismatch stops the benchmark.
 
@@ -58,9 +59,10 @@ from specsim.simulate import run  # noqa: E402
 RESULTS = ROOT / "experiments" / "results"
 GOAL_RATIO, GOAL_STEPS = 2.0, 150_000
 PROFILED = ("b64", "b1_simpy", "b1_fast", "trace64", "poisson")
-# the previous run (commit 223a9fc, code at 607455f, SimPy event loop; host in its slow state), for comparison
-PREVIOUS = {"b1_simpy": 26.70, "b1_fast": 1.85, "b8": 4.08, "b64": 2.11, "poisson": 2.30, "trace64": 3.37,
-            "b64_all_steps_per_cpu_s": 60_727}
+# the previous run (commit db206e8: the hand-written event queue specsim/engine/events.py, no SimPy), for comparison
+PREVIOUS = {"b1_simpy": 1.85, "b1_fast": 1.32, "b8": 0.91, "b64": 1.22, "poisson": 1.57, "trace64": 1.38,
+            "b64_all_steps_per_cpu_s": 250_503}
+PREVIOUS_WHAT = "commit db206e8: a hand-written event queue, specsim/engine/events.py, in place of SimPy"
 BASE = {"hardware": "h100-sxm", "target": "llama-3.1-8b", "draft": "llama-3.2-1b", "gamma": 4, "prompt_len": 128,
         "seed": 0}
 
@@ -166,8 +168,31 @@ def profile(cfg: SimConfig, top: int = 12) -> dict:
     own = sorted(ent, key=lambda e: -e["own_s"])[:top]
     cum = sorted((e for e in ent if "specsim/" in e["function"]), key=lambda e: -e["cum_s"])[:top]
     files = sorted(by_file.items(), key=lambda kv: -kv[1])[:10]
+    simpy_s = sum(t for f, t in by_file.items() if f.startswith("simpy/"))
+    events = sum(v[1] for (fn, _, name), v in st.stats.items() if fn != "~" and _short(fn).startswith("simpy/")
+                 and name == "step")
     return {"total_s": total, "by_file": [{"file": f, "own_s": t, "share": t / total} for f, t in files],
-            "by_own": own, "by_cum": cum}
+            "by_own": own, "by_cum": cum, "simpy_own_s": simpy_s, "simpy_share": simpy_s / total,
+            "simpy_events": events}
+
+
+def simpy_floor(events: int = 200_000, repeat: int = 5) -> float:
+    """CPU seconds per event of SimPy alone: one process yielding `events` timeouts (the engine's one event per
+    iteration, with nothing else to do); the minimum of `repeat` runs."""
+    import simpy
+
+    def proc(env, n):
+        to = env.timeout
+        for _ in range(n):
+            yield to(0.001)
+
+    best = float("inf")
+    for _ in range(repeat):
+        env = simpy.Environment()
+        env.process(proc(env, events))
+        t, _, _ = _cpu(env.run)
+        best = min(best, t / events)
+    return best
 
 
 # --- machine --------------------------------------------------------------------------------------------------------
@@ -211,6 +236,7 @@ def bench(quick: bool, repeat: int) -> dict:
             print(f"{name}: {r['steps']:,} steps, engine {r['cpu_s']['engine']['median']:.3f} s, ratio "
                   + ", ".join(f"{k} {v['median']:.2f}×" for k, v in r["ratio"].items()), flush=True)
         out["profile"] = {k: profile(SimConfig(**{**BASE, **ms[k]["cfg"]})) for k in PROFILED}
+    out["simpy_s_per_event"] = simpy_floor()
     d = SimConfig(**{**BASE, "alpha": 0.7, "batch": 1, "requests": 4, "output_len": 16})
     out["default_engine_batch1"] = run(d).get("engine")
     out["machine"]["load_average_1min_after"] = round(os.getloadavg()[0], 2)
@@ -230,7 +256,7 @@ def _loads(m: dict, when: str) -> str:
 
 PROFILE_TITLES = {"b64": "batch 64 (closed-loop kernel)", "b1_simpy": "batch 1, engine 'simpy' (closed-loop kernel)",
                   "b1_fast": "batch 1, fast path", "trace64": "batch 64 with a β trace (closed-loop kernel, lockstep "
-                  "lives)", "poisson": "Poisson arrivals (event loop, 'ahead' kernel)"}
+                  "lives)", "poisson": "Poisson arrivals (SimPy event loop, 'ahead' kernel)"}
 
 
 def _profile_md(res: dict) -> list[str]:
@@ -243,6 +269,11 @@ def _profile_md(res: dict) -> list[str]:
               "code, so read shares, not seconds). Own time by source file:", "",
               "| file | own s | share |", "|---|---:|---:|"]
         L += [f"| `{f['file']}` | {f['own_s']:.3f} | {f['share']:.0%} |" for f in p["by_file"]]
+        if p.get("simpy_events"):
+            L += ["", f"SimPy's own code (`simpy/*`: scheduling, the event loop, resuming the processes): "
+                  f"{p['simpy_own_s']:.3f} s, {p['simpy_share']:.0%} of the profiled run, over "
+                  f"{p['simpy_events']:,} events ({p['simpy_own_s'] / p['simpy_events'] * 1e6:.2f} µs each under "
+                  "the profiler)."]
         L += ["", "Top functions by own time:", "", "| function | calls | own s | own share | cumulative share |",
               "|---|---:|---:|---:|---:|"]
         L += [f"| `{e['function']}` | {e['calls']:,} | {e['own_s']:.4f} | {e['own_share']:.1%} | "
@@ -297,8 +328,7 @@ def markdown(res: dict) -> str:
           f"({b64['steps_per_cpu_s']:,.0f} counting the speculative steps alone). Absolute rates depend on the "
           "host's state (this host switches between a fast and a ~2.5× slower state); the ratios, engine and "
           "reference timed back to back, are the stable figures.",
-          "Previous run (commit 223a9fc: SimPy's event loop for every engine='simpy' mode), ratio to the first "
-          "reference: " + ", ".join(f"{k} {v:.2f}×" for k, v in PREVIOUS.items() if k in res["modes"]) +
+          f"Previous run ({PREVIOUS_WHAT}), ratio to the first reference: " + ", ".join(f"{k} {v:.2f}×" for k, v in PREVIOUS.items() if k in res["modes"]) +
           f"; {PREVIOUS['b64_all_steps_per_cpu_s']:,} steps/CPU-s at batch 64.",
           f"`simulate`'s default engine at batch 1 (no `engine` given): **{res['default_engine_batch1']}**.", "",
           "References: `batch1` — vectorized draws (one flat buffer of every request's uniforms from "
@@ -312,6 +342,16 @@ def markdown(res: dict) -> str:
          "'ratio vs ref less stream opening' is the stricter figure against the reference without that cost. "
          "'ratio, user CPU only' leaves out system time, mostly page faults of fresh arrays, whose cost on this "
          "shared VM jumps up to 5× from one run to the next (the engine allocates more than the references).", ""]
+    p, e = res["profile"]["poisson"], res["modes"]["poisson"]["cpu_s"]["engine"]["median"]
+    per = res["simpy_s_per_event"]
+    L += ["## Where SimPy's time goes", "",
+          f"SimPy alone (one process yielding 200,000 timeouts, nothing else) costs {per * 1e6:.2f} µs of CPU per "
+          f"event here. The poisson mode — the one mode with SimPy in the loop — runs {p['simpy_events']:,} events "
+          f"(one per replica iteration plus one per arrival, speculative run and baseline), so SimPy's own work is "
+          f"about {p['simpy_events'] * per:.3f} s of its {e:.3f} s median ({p['simpy_events'] * per / e:.0%}): "
+          "scheduling each timeout on the heap, popping it, and resuming the replica's or the arrival "
+          "process's generator. The rest is specsim's per-iteration work (admission, the kernel's step, the step's "
+          "price), the draws, and the metrics; the profiles below split it by file and function.", ""]
     L += _profile_md(res)
     return "\n".join(L)
 

@@ -176,7 +176,7 @@ def _bounds(plan: PlanSpec, s: Search) -> tuple[int, int | None]:
     the caches a forked worker inherits (profiles, step costs, the bands choose-draft advises)."""
     try:
         return plan_keepup.replica_bounds(plan.config(s.option, s.tp, s.rate, s.cand, 1), s.cand.policy is None)
-    except (SpecsimError, ValueError):
+    except (SpecsimError, ValueError, ArithmeticError):
         return 1, None
 
 
