@@ -31,7 +31,7 @@ Policy = Literal[tuple(registry.POLICIES)]  # "fixed", "optimal", ...: the regis
 LengthDist = Literal["fixed", "uniform", "lognormal"]
 Engine = Literal["simpy", "fast", "auto"]
 EngineProfile = Literal[tuple(registry.ENGINE_PROFILES)]  # "specsim", "hf-assisted", "vllm-v1"
-RouterName = Literal["round-robin", "least-outstanding", "power-of-two", "shared-queue"]  # engine/routers.py
+RouterName = Literal[tuple(registry.ROUTERS)]  # "round-robin" (the default), ...: engine/routers.py
 # speculation methods, named as vLLM's SpeculativeConfig names them: specsim.methods.METHODS is the one list
 Method = Literal[tuple(METHODS)]  # "draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"
 HEAD_METHODS = tuple(n for n, m in METHODS.items() if m.model_kind == "head")  # their `draft` is a head profile

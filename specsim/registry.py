@@ -4,7 +4,7 @@ Strings only — nothing is imported here (ground floor) — so `specsim.config`
 (`config.Policy`, `config.EngineProfile`) and the engine imports the code on first use (`"module:attribute"`:
 a `Policy` subclass; an `EngineProfile` instance). Adding a policy: its module under `specsim/engine/policies/`,
 its test, and one line in POLICIES; an engine profile likewise under `specsim/engine/engine_profiles/` and
-ENGINE_PROFILES (specsim/CONVENTIONS.md shows an example).
+ENGINE_PROFILES (specsim/CONVENTIONS.md shows an example); a router under `specsim/engine/routers.py` and ROUTERS.
 """
 
 from __future__ import annotations
@@ -23,6 +23,14 @@ ENGINE_PROFILES: dict[str, str] = {
     "specsim": "specsim.engine.engine_profiles.specsim_loop:PROFILE",
     "hf-assisted": "specsim.engine.engine_profiles.hf_assisted:PROFILE",
     "vllm-v1": "specsim.engine.engine_profiles.vllm_v1:PROFILE",
+}
+
+# routers (`--router`): which replica an arriving request joins (engine/routers.py; the first is the default)
+ROUTERS: dict[str, str] = {
+    "round-robin": "specsim.engine.routers:RoundRobin",
+    "least-outstanding": "specsim.engine.routers:LeastOutstanding",
+    "power-of-two": "specsim.engine.routers:PowerOfTwo",
+    "shared-queue": "specsim.engine.routers:SharedQueue",
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim import registry
 from specsim.rng import ROUTER, stream
 
 
@@ -90,8 +91,8 @@ class PowerOfTwo(Router):
         return b if outstanding[b] < outstanding[a] else a
 
 
-ROUTERS: dict[str, type[Router]] = {c.name: c for c in (SharedQueue, RoundRobin, LeastOutstanding, PowerOfTwo)}
-DEFAULT_ROUTER = "round-robin"
+ROUTERS: dict[str, type[Router]] = {name: registry.load(target) for name, target in registry.ROUTERS.items()}
+DEFAULT_ROUTER = next(iter(registry.ROUTERS))
 
 
 def make_router(name: str, n_replicas: int, seed: int = 0) -> Router:
