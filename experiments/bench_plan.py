@@ -41,8 +41,13 @@ def one(mode: str, plan: str, out: str) -> None:
     from specsim.cli import main
 
     if not MODES[mode]:
+        import contextlib
+
+        import specsim.engine.simpy_engine as E
+
         orig = P.run_plan
         P.run_plan = lambda *a, **k: orig(*a, bracket=False, **k)
+        E.reuse_baselines = lambda size=2: contextlib.nullcontext()  # every point simulates its own baseline
     sys.argv = ["specsim", "plan", plan, "--out", out, "--json"]
     main()
 
@@ -132,8 +137,9 @@ def markdown(res: dict) -> str:
          f"Plan `{res['plan']}`; {res['cpus']} CPUs (shared with other agents' jobs: the load averages below are "
          f"the host's, 1 / 5 / 15 min), Python {res['python']}; specsim at commit {res['commit']} ({res['tree']} "
          f"tree). {res['pairs']} pairs in ABBA order, each run a fresh `specsim plan` process in an empty "
-         "directory (`experiments/bench_plan.py`; the doubling search is the same CLI with "
-         "`run_plan(bracket=False)`).", "",
+         "directory (`experiments/bench_plan.py`; 'doubling' is the same CLI as before issue 25's search work: "
+         "`run_plan(bracket=False)` and `reuse_baselines` off, so every point simulates its own plain-decoding "
+         "run).", "",
          "| search | wall s: median (min–max) | CPU s: median (min–max) | points | rounds | plan.csv vs the first "
          "doubling run |", "|---|---:|---:|---:|---:|---|"]
     for mode, m in res["modes"].items():

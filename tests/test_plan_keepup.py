@@ -21,7 +21,7 @@ from specsim.studies import plan_plot
 from specsim.studies.plan import Search, miss, run_plan
 from specsim.studies.plan_answer import PLAIN, _best, provisioned
 from specsim.studies.plan_keepup import QUEUE_GROWTH_MAX, keepup, replica_bounds, run_point, why_not_keeping_up
-from specsim.studies.plan_spec import BASELINE, load_plan
+from specsim.studies.plan_spec import BASELINE, Candidate, load_plan
 
 PLAN70 = """
 name = "tpot-only"
@@ -295,3 +295,22 @@ def test_bracketed_search_finds_the_doubling_answers_in_fewer_rounds(plan70, tmp
     assert json.dumps(doubling.rows, sort_keys=True, default=str) == json.dumps(report.rows, sort_keys=True,
                                                                                   default=str)
     assert report.points <= doubling.points and report.rounds < doubling.rounds
+
+
+def test_candidates_at_one_count_share_one_plain_decoding_run(plan70):
+    """run_point reuses the plain-decoding run of the previous candidate at the same (option, rate, replicas) —
+    plain decoding does not depend on γ or the draft — and the row is the one a fresh simulation gives."""
+    from specsim.engine import simpy_engine
+
+    plan, _, _ = plan70
+    o = plan.options[0]
+    fresh = simulate(plan.config(o, 4, 64.0, plan.candidates[0], 3)).summary  # outside the planner: no reuse
+    simpy_engine._REUSE["runs"].clear()  # the fixture's plan ran these points in this process
+    hits = simpy_engine._REUSE["hits"]
+    run_point(plan.config(o, 4, 64.0, Candidate("fixed", 2), 3))
+    row = run_point(plan.config(o, 4, 64.0, plan.candidates[0], 3))
+    assert simpy_engine._REUSE["hits"] == hits + 1
+    assert json.dumps({k: v for k, v in row.items() if k in fresh}, sort_keys=True, default=str) == \
+        json.dumps(fresh, sort_keys=True, default=str)
+    other = run_point(plan.config(o, 4, 64.0, plan.candidates[0], 2))  # another replica count: simulated anew
+    assert simpy_engine._REUSE["hits"] == hits + 1 and other["baseline_steps"] != row["baseline_steps"]

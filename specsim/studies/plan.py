@@ -153,9 +153,11 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
             cfg = plan.config(s.option, s.tp, s.rate, s.cand, r, fb)
             configs.setdefault(canonical_json(cfg), cfg)
         # the costliest points first (most requests, then most replicas: more, smaller steps), so that the cheap
-        # ones fill the workers' tails instead of one worker finishing a big point alone
+        # ones fill the workers' tails instead of one worker finishing a big point alone; the candidates of one
+        # (option, rate, replicas) side by side, so a worker reuses their one plain-decoding run (run_point)
         todo = sorted((c for key, c in configs.items() if key not in seen),
-                      key=lambda c: (-(c.get("requests") or 0), -c.get("replicas")))
+                      key=lambda c: (-(c.get("requests") or 0), -c.get("replicas"), str(c.get("hardware")),
+                                     c.get("tp"), str(c.get("stack"))))
         if progress:
             print(f"specsim plan: round {k}: {len(probes)} open searches, {len(todo)} new points", file=sys.stderr)
         if todo:

@@ -86,9 +86,11 @@ def keepup(rec, warmup_s: float = 0.0) -> dict:
 
 def run_point(cfg) -> dict:
     """The plan's point function: the simulation row plus the keep-up figures of both runs."""
+    from specsim.engine.simpy_engine import reuse_baselines
     from specsim.simulate import simulate
 
-    res = simulate(cfg)
+    with reuse_baselines(3):  # the candidates at one (option, rate, replicas) share one plain-decoding run
+        res = simulate(cfg)
     row = dict(res.summary)
     warm = cfg.slo.slo_warmup_s
     row.update(keepup(res.spec, warm))
