@@ -240,8 +240,9 @@ def test_bounds_bracket_every_answer_and_hold_when_simulated(plan70):
     row = next(r for r in report.rows if r["rate"] == 64)
     for label, answer in row["candidates"].items():
         cand = by_label[label]
-        lower, stable = replica_bounds(plan.config(o, 4, 64.0, cand, 1), cand.policy is None)
+        lower, likely, stable = replica_bounds(plan.config(o, 4, 64.0, cand, 1), cand.policy is None)
         assert 1 < lower <= answer <= 16 and stable is not None and stable >= lower, (label, lower, answer)
+        assert lower <= likely and abs(likely - answer) <= 1, (label, likely, answer)  # a good start
         prefix = "baseline_" if cand.policy is None else ""
         below = run_point(plan.config(o, 4, 64.0, plan.candidates[0] if cand.policy is None else cand, lower - 1))
         assert below[f"{prefix}served_ratio"] < 0.95 and why_not_keeping_up(below, prefix) is not None, label
@@ -255,15 +256,16 @@ def test_no_bound_where_none_holds(tmp_path):
 
     closed = SimConfig.from_flat({"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "hardware": "h100-sxm",
                                   "batch": 8, "requests": 32, "alpha": 0.7})
-    assert replica_bounds(closed, False) == (1, None)
+    assert replica_bounds(closed, False) == (1, 1, None)
     fixed = SimConfig.from_flat({"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "hardware": "h100-sxm",
                                  "fixed_c": 0.1, "rate": 50.0, "requests": 64, "alpha": 0.7})
-    assert replica_bounds(fixed, True) == (1, None)
+    assert replica_bounds(fixed, True) == (1, 1, None)
 
 
 def test_probe_order_from_the_bound():
-    """The bound and the count below it first; from a miss +1, +2, +4 … (capped at the stable count while it is
+    """The likely count (never below the lower bound) and the count below it first; from a miss +1, +2, +4 … (capped at the stable count while it is
     above the last miss, and at max_replicas); from a hit, bisection down; done when hi − lo = 1."""
+    assert Search(None, 4, 64.0, BASELINE, lower=3, likely=6).next_probes(16) == [5, 6]  # the likely count first
     s = Search(None, 4, 64.0, BASELINE, lower=3, stable=5)
     assert s.next_probes(16) == [2, 3]
     s.lo = 3

@@ -5,8 +5,9 @@ fixed γ and each γ policy of the plan (`specsim.studies.plan_spec`) — the se
 whose replicas keep up with the load (`specsim.studies.plan_keepup`: served throughput within its tolerance of
 offered, TTFT not growing over the run — checked whatever the objectives say, so an overloaded system is never an
 answer) and whose simulated latency percentiles all meet the plan's SLOs. The search starts where the step
-costs say the answer can start (`plan_keepup.replica_bounds`: below its lower bound the replicas cannot serve the
-offered tokens even in the best case) and probes that count and the one below it together; from a miss it climbs
+costs say the answer likely is (`plan_keepup.replica_bounds`: a mean-value estimate, never below the lower bound
+under which the replicas cannot serve the offered tokens even in the best case) and probes that count and the one
+below it together; from a miss it climbs
 (+1, +2, +4, …, no further than the count that provably keeps up while that is above the last miss, and never past
 `max_replicas`), from a hit it bisects down; then it bisects between the last miss and the first hit. So every
 answer r comes with r − 1 simulated and failing, with the reason (or r = 1) — the bound only says where to look.
@@ -53,8 +54,9 @@ class Search:
     cand: Candidate
     lo: int = 0  # the largest replica count seen to fail (miss an SLO or not keep up; 0: none yet)
     hi: int | None = None  # the smallest seen to pass
-    lower: int = 1  # where the search starts (plan_keepup.replica_bounds: the step costs' lower bound)
+    lower: int = 1  # fewer cannot serve the offered load even in the best case (plan_keepup.replica_bounds)
     stable: int | None = None  # a count that provably keeps up (the climb's ceiling while above the last miss)
+    likely: int = 1  # where the search starts: a mean-value estimate, never below `lower`
     infeasible: str | None = None
     monotone: bool = True  # False once a probe met the SLOs below one that missed them
     fallback: bool = False  # the baseline is read from an n-gram run (the first candidate's run failed)
@@ -65,7 +67,7 @@ class Search:
         """The counts to simulate next (none: the search is over); see the module docstring."""
         if self.infeasible is not None:
             return []
-        start = min(self.lower, max_replicas)
+        start = min(max(self.lower, self.likely), max_replicas)
         if self.hi is None and self.lo == 0:  # nothing probed yet: the bound and the count below it
             return [start - 1, start] if start > 1 else [1]
         if self.hi is None:
@@ -141,7 +143,7 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
     searches = [Search(o, tp, rate, cand) for o in plan.options for tp in o.tps for rate in (plan.rates or (None,))
                 for cand in (BASELINE,) + plan.candidates]
     for s in searches if bracket else ():
-        s.lower, s.stable = _bounds(plan, s)
+        s.lower, s.likely, s.stable = _bounds(plan, s)
     seen: dict[str, dict] = {}  # canonical config -> result row, across rounds
     notes: list[str] = []
     for k in range(1, MAX_ROUNDS + 1):
@@ -172,14 +174,14 @@ def run_plan(plan: PlanSpec | str | Path, out_dir: str | Path, *, scheduler: str
     return PlanReport(str(out), k - 1, len(seen), searches, rows, notes, dict(plan.slo))
 
 
-def _bounds(plan: PlanSpec, s: Search) -> tuple[int, int | None]:
+def _bounds(plan: PlanSpec, s: Search) -> tuple[int, int, int | None]:
     """Where the search starts, from the step costs (`plan_keepup.replica_bounds`); (1, None) where the setup
     cannot be resolved here (its simulation then says why). Run in this process before any round, it also fills
     the caches a forked worker inherits (profiles, step costs, the bands choose-draft advises)."""
     try:
         return plan_keepup.replica_bounds(plan.config(s.option, s.tp, s.rate, s.cand, 1), s.cand.policy is None)
     except (SpecsimError, ValueError, ArithmeticError):
-        return 1, None
+        return 1, 1, None
 
 
 def _claim(out: Path, plan: PlanSpec) -> None:

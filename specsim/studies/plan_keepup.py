@@ -30,7 +30,10 @@ there; every answer is still simulated, and so is the count below it):
 - stable: that many replicas serve more than what arrives even in the worst case — every step at the longest
   context, the batch the KV reservation holds of the largest requests, one token per request per step, γ_max
   with every request catching up, and a prefill alone at the longest prompt for every request (so the queue drains
-  in expectation; the SLOs may still need more).
+  in expectation; the SLOs may still need more);
+- likely: where the search starts — the count whose replicas serve the offered tokens at a mean-value estimate
+  (max_batch at the mean context, eq. (1)'s tokens per step, every request's prefill priced alone at the mean
+  prompt); never below `lower`. It is only a guess: each answer and the count below it are simulated anyway.
 """
 
 from __future__ import annotations
@@ -114,23 +117,47 @@ def why_not_keeping_up(row: dict, prefix: str = "") -> str | None:
     return ("does not keep up: " + "; ".join(out)) if out else None
 
 
-def replica_bounds(cfg, plain: bool) -> tuple[int, int | None]:
-    """(lower, stable) replica counts for `cfg`'s offered load (its replicas ignored), from its step costs (the
-    module docstring says which cases each bounds); plain: the paired baseline's. (1, None) where no bound holds:
-    a closed loop, fixed_c (its times are in target passes, its rate in requests per second), a token tree."""
+def replica_bounds(cfg, plain: bool) -> tuple[int, int, int | None]:
+    """(lower, likely, stable) replica counts for `cfg`'s offered load (its replicas ignored), from its step costs
+    (the module docstring says what each is); plain: the paired baseline's. (1, 1, None) where none holds: a closed
+    loop, fixed_c (its times are in target passes, its rate in requests per second), a token tree."""
     from specsim.setup.run import resolve
 
     s = resolve(cfg)
     wl, costs, pol = s.workload, s.costs, s.policy
     span = float(wl.arrival_s.max() - wl.arrival_s.min()) if wl.n > 1 else 0.0
     if wl.mode == "closed" or costs.fixed_c is not None or span <= 0 or (not plain and costs.tree is not None):
-        return 1, None
+        return 1, 1, None
     offered = math.fsum(wl.output_len.tolist()) / wl.n * (wl.n - 1) / span  # tokens/s: rate × mean output
     best = _best_tok_s(s, plain)
     worst = _worst_tok_s(s, plain)
     lower = max(1, math.ceil(offered / best))
+    likely = max(lower, math.ceil(offered / _mean_tok_s(s, plain)))
     stable = None if worst is None else max(lower, math.floor(offered / worst) + 1)
-    return lower, stable
+    return lower, likely, stable
+
+
+def _gammas(s, B: int) -> tuple:
+    """The γ a step at live batch B uses: the policy's one γ, its γ for that batch, or (unknown) every γ."""
+    pol = s.policy
+    G = pol.fixed_gamma if pol.fixed_gamma is not None else getattr(pol, "gamma_at", lambda b: None)(B)
+    return (G,) if G is not None else tuple(range(1, pol.max_gamma + 1))
+
+
+def _mean_tok_s(s, plain: bool) -> float:
+    """One replica's throughput at a mean-value estimate: max_batch at the mean context, each request's prefill
+    alone at the mean prompt (the start of the search, not a bound)."""
+    from specsim import theory
+
+    wl, costs = s.workload, s.costs
+    B = int(wl.max_batch)
+    P, O = float(wl.prompt_len.mean()), float(wl.output_len.mean())
+    L, X = P + O / 2, (P if costs.enc_dec else 0.0)
+    prefill = costs.prefill(1, P, not plain)[0]
+    if plain:
+        return B / (costs.plain_step(B, L, X)[0] + B / O * prefill)
+    return max(B * theory.expected_tokens(s.acceptance.alpha, g) / (costs.spec_step(B, g, L, X)[0] + B / O * prefill)
+               for g in _gammas(s, B))
 
 
 def _best_tok_s(s, plain: bool) -> float:
@@ -142,10 +169,8 @@ def _best_tok_s(s, plain: bool) -> float:
     X = L if costs.enc_dec else 0.0
     if plain:
         return B / costs.plain_step(B, L, X)[0]
-    pol = s.policy
-    G = pol.fixed_gamma if pol.fixed_gamma is not None else getattr(pol, "gamma_at", lambda b: None)(B)
-    gammas = (G,) if G is not None else range(1, pol.max_gamma + 1)  # γ set by the batch, or the best of any
-    return max(B * theory.expected_tokens(s.acceptance.alpha, g) / costs.spec_step(B, g, L, X)[0] for g in gammas)
+    return max(B * theory.expected_tokens(s.acceptance.alpha, g) / costs.spec_step(B, g, L, X)[0]
+               for g in _gammas(s, B))  # the batch's γ, or the best of any
 
 
 def _worst_tok_s(s, plain: bool) -> float | None:
