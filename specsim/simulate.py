@@ -4,7 +4,8 @@ Every run simulates speculative decoding and, on the same requests, plain decodi
 reports the closed forms beside the simulated figures:
 - speedup: closed loop — baseline makespan / speculative makespan (batch 1: total time to finish the same
   requests); open loop (Poisson, replay) — baseline mean end-to-end latency / speculative mean end-to-end latency
-  (makespan is set by the arrivals there). Both are also reported as speedup_walltime and speedup_latency.
+  (makespan is set by the arrivals there). Both are also reported as speedup_walltime and speedup_latency, and
+  speedup_basis names which one `speedup` is ('walltime' or 'latency').
 - speedup_eq5 and tokens_per_target_run_eq1 at the run's α (config α, or the trace's mean β, after lenience) and
   the derived c, as the γ policy states them (`Policy.baseline`): for one γ throughout, eq. (1)/(5) at it; for
   policies whose γ varies (heuristic, bands), eq. (1)/(5) averaged over the γ each request-step actually used
@@ -111,6 +112,7 @@ def _summarize(cfg, wl, acc, policy, costs, c, spec, base, peak_bw, peak_fl, mem
     out["speedup_latency"] = _ratio(out["baseline_e2e_mean_s"], out["e2e_mean_s"])
     out["speedup_throughput"] = _ratio(out["throughput_tok_s"], out["baseline_throughput_tok_s"])
     out["speedup"] = out["speedup_walltime"] if wl.mode == "closed" else out["speedup_latency"]
+    out["speedup_basis"] = "walltime" if wl.mode == "closed" else "latency"  # which of the two `speedup` is
     if mem is not None:
         out["memory_weights_gb"] = mem.weights / 1e9
         out["memory_capacity_gb"] = mem.capacity / 1e9
