@@ -141,7 +141,8 @@ def _bench_variants() -> dict[str, object]:
         "bj_len_mismatch": v(ttfts=base["ttfts"][:-1]), "bj_list": [base],
         "bj_itl_neg": v(itls=lambda d: d["itls"][0].__setitem__(0, -0.1)),
         "bj_itl_scalar": v(itls=lambda d: d["itls"].__setitem__(0, 0.5)),
-        "bj_itl_count": v(itls=lambda d: d["itls"].__setitem__(0, [])),
+        "bj_itl_too_many": v(itls=lambda d: d["itls"].__setitem__(0, d["itls"][0] * 2)),  # 62 gaps, 32 tokens
+        "bj_lat_sum": v(latencies=lambda d: d["latencies"].__setitem__(0, d["latencies"][0] + 10.0)),  # != TTFT + ΣITL
         "bj_errors_str": v(errors="none"), "bj_all_errors": v(errors=["timeout"] * n),
         "bj_empty": v(input_lens=[], output_lens=[], ttfts=[], itls=[], latencies=[], start_times=[], errors=[],
                       completed=0)}
