@@ -45,8 +45,8 @@ def _text(path: str) -> str:
 
 
 def metrics(after: str, before: str | None) -> dict:
-    a = vr.spec_counters(vr.parse_metrics(_text(after)))
-    b = vr.spec_counters(vr.parse_metrics(_text(before))) if before else \
+    a = vr.spec_counters(vr.parse_metrics(_text(after), after), after)
+    b = vr.spec_counters(vr.parse_metrics(_text(before), before), before) if before else \
         {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "accepted_per_pos": []}
     delta = vr.counter_delta(b, a)
     return {**{k: v for k, v in delta.items() if k != "accepted_per_pos"}, **vr.acceptance_summary(delta)}

@@ -11,6 +11,7 @@ method / draft / gamma / draft_tp).
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import typing
 
@@ -42,8 +43,11 @@ def _parameters() -> list[inspect.Parameter]:
         if kind is bool:
             opt, ann = typer.Option(False, flag(name), help=text), bool
         else:
+            # an integer flag is read as text and parsed strictly in `_value` (typer would take '3.0' as 3, while
+            # the same 3.0 in a sweep or plan file is refused: one type wherever a value enters)
             opt = typer.Option(... if info.is_required() else None, flag(name), help=text,
-                               metavar=None if kind is not None else "JSON")
+                               metavar={None: "JSON", int: "INTEGER"}.get(kind))
+            kind = str if kind is int else kind
             ann = (kind or str) if info.is_required() else (kind or str) | None
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
     json_opt = typer.Option(False, "--json", help="print one JSON object")
@@ -57,6 +61,11 @@ def _value(name: str, v):
     true]` and `[[1, 8, "4"]]` are refused, not read as numbers)."""
     if v is False and _kind(FLAT_FIELDS[name]) is bool:
         return None
+    if v is not None and _kind(FLAT_FIELDS[name]) is int:
+        if not re.fullmatch(r"\s*[+-]?[0-9]{1,18}\s*", v):
+            raise ConfigError("not an integer", field=flag(name), value=v,
+                              allowed="an integer written as one (not 3.0, 1e3 or a word)")
+        return int(v)
     if v is not None and _kind(FLAT_FIELDS[name]) is None:
         from specsim.sweep.values import check_value  # lazily: the sweep package brings pandas
 

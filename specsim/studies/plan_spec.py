@@ -193,6 +193,9 @@ def _options(raw, path: Path) -> tuple[Option, ...]:
         where = f"option[{i}]"
         name = o.get("name", o.get("hardware", f"option-{i}"))
         check_string(name, file=path, where=f"{where}.name")
+        if not name.strip():  # the name labels the option's rows, plot lines and best_why: it must say something
+            raise ConfigError("an option's name is empty", file=path, field=f"{where}.name", value=name,
+                              allowed="a non-blank label (or leave it out: the hardware names the option)")
         if name in seen:
             raise ConfigError("two options share a name", file=path, field=f"{where}.name", value=name)
         seen.add(name)

@@ -78,8 +78,10 @@ def parse_steps(text: str) -> list[Step]:
     return out
 
 
-def parse_metrics(text: str) -> dict[tuple[str, tuple], float]:
-    """Prometheus text → {(name, sorted label pairs): value}; comments and unparsable lines are skipped."""
+def parse_metrics(text: str, where: str | Path | None = None) -> dict[tuple[str, tuple], float]:
+    """Prometheus text → {(name, sorted label pairs): value}; comments and unparsable lines are skipped. With
+    `where` (a user's file or scrape), text holding no `vllm:` sample at all is refused: it is not a vLLM server's
+    /metrics (an empty or garbled scrape would otherwise read as a server that never drafted)."""
     out: dict[tuple[str, tuple], float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -93,6 +95,9 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple], float]:
             continue
         labels = tuple(sorted(_LABEL.findall(m.group("labels") or "")))
         out[(m.group("name"), labels)] = v
+    if where is not None and not any(n.startswith("vllm:") for n, _ in out):
+        raise ConfigError("not a vLLM /metrics page: no vllm: sample in it", file=where, field="metrics",
+                          value=f"{len(out)} other samples", allowed="the text of a vLLM server's /metrics")
     return out
 
 
@@ -101,6 +106,7 @@ def _sum(metrics: dict, name: str, **want) -> float:
 
 
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
 
 
 def spec_counters(metrics: dict, where: str | Path = "/metrics") -> dict:
@@ -136,6 +142,12 @@ def check_counters(c: dict, where: str | Path = "/metrics", what: str = "") -> d
         raise ConfigError(f"more tokens accepted than drafted{what}", file=where, field="accepted_tokens",
                           value=c["accepted_tokens"], allowed=f"<= draft_tokens = {c['draft_tokens']:g}")
     per = c["accepted_per_pos"]
+    # vLLM counts each accepted draft token once in the total and once at its position (vllm/v1/spec_decode/
+    # metrics.py observe_draft): the positions add up to the total
+    if per and not math.isclose(math.fsum(per), c["accepted_tokens"], rel_tol=1e-9, abs_tol=0.5):
+        raise ConfigError(f"accepted tokens per position do not add up to the accepted total{what}", file=where,
+                          field="accepted_per_pos", value=math.fsum(per),
+                          allowed=f"= accepted_tokens = {c['accepted_tokens']:g}")
     for k, v in enumerate(per):
         if v > c["drafts"]:
             raise ConfigError(f"more acceptances at position {k} than drafts{what}", file=where,
@@ -212,6 +224,7 @@ def summarize_requests(d: dict, where: str | Path = "bench result") -> dict:
 # A request cannot end after the run it belongs to: latency <= duration, with this much slack for the two clocks
 # (vLLM's bench times a request and the run with the same perf_counter; our harness too).
 DURATION_SLACK_S = 1e-3
+LATENCY_SLACK_S = 0.05  # s: what a stream's close adds after its last token (the committed fixture: < 2 ms)
 
 
 def _numbers(v, key: str, where, integer: bool = False) -> np.ndarray:
@@ -265,6 +278,13 @@ def _checked(d: dict, where):
     for i in np.flatnonzero(ok):
         if not (math.isfinite(ttft[i]) and ttft[i] >= 0):
             raise _bad_time(where, "ttfts", i, ttft[i], "seconds >= 0")
+        if out_l[i] < 1:  # a completed request streamed at least its first token (its TTFT says so)
+            raise ConfigError(f"request {i}: completed with no output token", file=where, field=f"output_lens[{i}]",
+                              value=int(out_l[i]), allowed=">= 1 for a completed request")
+        if len(itls[i]) > out_l[i] - 1:  # vllm/benchmarks: one gap per streamed chunk after the first token
+            raise ConfigError(f"request {i}: more inter-token gaps than tokens after the first", file=where,
+                              field=f"itls[{i}]", value=len(itls[i]), allowed=f"<= output_lens[{i}] - 1 = "
+                              f"{int(out_l[i]) - 1} entries")
         bad = [j for j, x in enumerate(itls[i]) if not (math.isfinite(x) and x >= 0)]
         if bad:
             raise ConfigError(f"request {i}: an inter-token latency that is negative or not finite", file=where,
@@ -275,4 +295,9 @@ def _checked(d: dict, where):
         if lat[i] > dur + DURATION_SLACK_S:
             raise _bad_time(where, "latencies", i, lat[i], f"<= duration {dur:.6g} s",
                             "a request longer than the whole run")
+        if given and itls[i].size and abs(lat[i] - ttft[i] - math.fsum(itls[i])) > LATENCY_SLACK_S + 0.02 * lat[i]:
+            # vllm/benchmarks: a streamed request's latency ends at its last token = TTFT + the gaps after it
+            raise _bad_time(where, "latencies", i, lat[i], f"TTFT + the sum of its ITLs = "
+                            f"{ttft[i] + math.fsum(itls[i]):.6g} s (± {LATENCY_SLACK_S:g} s + 2%)",
+                            "a latency that is not its TTFT plus its inter-token gaps")
     return n, ok, out_l, ttft, lat, itls, float(dur)
