@@ -69,3 +69,13 @@ def _write(tmp_path, name, text) -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+def test_target_and_draft_take_a_listed_repo_id_as_vllm_names_models():
+    by_name = json.loads(cli_redirect(*SIM)[1])
+    code, out, err = cli_redirect("simulate", "--hardware", "h100-sxm", "--target", "meta-llama/Llama-3.1-8B-Instruct",
+                                  "--draft", "meta-llama/Llama-3.2-1B-Instruct", "--alpha", "0.7", "--requests", "2",
+                                  "--output-len", "8", "--json")
+    assert code == 0 and json.loads(out)["speedup"] == by_name["speedup"]
+    code, _, err = cli_redirect(*[a if a != "llama-3.2-1b" else "someone/unlisted-1b" for a in SIM])
+    assert code == 2 and "field 'draft'" in err and "repo id" in err and err.count("\n") == 1

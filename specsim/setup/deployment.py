@@ -101,6 +101,8 @@ def load_profile(role: str, name, hardware: HardwareProfile | None = None):
     """The profile for one role (hardware, stack, target, draft, head) by the loader; an unknown *name* is refused
     naming the role, not the kind ("unknown draft profile"). A stack follows `resolve_stack` on `hardware`; a
     draft may be a model or a head profile."""
+    if role in ("target", "draft") and isinstance(name, str):
+        name = _from_repo_id(role, name)
     load = (lambda n: resolve_stack(hardware, n)) if role == "stack" and (
         hardware is not None or _measured_name(name)) else _LOADERS[role]
     try:
@@ -110,6 +112,24 @@ def load_profile(role: str, name, hardware: HardwareProfile | None = None):
             raise ConfigError(f"unknown {role} profile{str(e.message).removeprefix(f'unknown {e.field} profile')}",
                               field=role, value=e.value, allowed=e.allowed) from None
         raise
+
+
+def _from_repo_id(role: str, name: str) -> str:
+    """`--target` / `--draft` given a Hugging Face repo id (as a vLLM command line names models): the shipped
+    profile it maps to (`profiles.repo_ids`, as --speculative-config's model does), or one line saying which to give.
+    A path that exists is a path."""
+    from pathlib import Path
+
+    from specsim.profiles import repo_ids
+
+    if not repo_ids.looks_like_repo_id(name) or Path(name).exists():
+        return name
+    hit = repo_ids.lookup(name)
+    if hit is not None and (hit[0] == "model" or role == "draft"):
+        return hit[1]
+    raise ConfigError("no shipped profile for this Hugging Face repo id", field=role, value=name,
+                      allowed="a shipped profile name (specsim profiles), a repo id listed in "
+                              "specsim/profiles/repo_ids.py, or a local folder holding the repo's config.json")
 
 
 @dataclass(frozen=True)
