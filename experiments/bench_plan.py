@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import _git  # noqa: E402  (one git reader for the benchmarks)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
 SCRATCH = ROOT / "out" / "bench_plan"
@@ -122,14 +125,6 @@ def bench(plan: str, pairs: int) -> dict:
     res["speedup_wall"] = _stats([a["wall_s"] / b["wall_s"] for a, b in pairs_])
     res["runs"] = [{k: v for k, v in r.items() if k != "csv"} for r in runs]
     return res
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def markdown(res: dict) -> str:

