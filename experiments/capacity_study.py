@@ -7,7 +7,7 @@ Two setups, each a resumable sweep (specs in experiments/sweeps/, results.parque
    saturation: speedup against rate, TPOT / end-to-end latency against throughput with and without speculation.
 2. T5-XXL on one TPU v4 (T5X stack) with T5-small / base / large drafts, α from the paper (EnDe, T = 0:
    0.75 / 0.80 / 0.82), γ 1..8, closed loop over batch sizes 1..256 (the chip's memory stops the batch first).
-Per load point the recommended γ is choose-draft's schedule (`specsim.studies.schedule.monotone`: never rising with
+Per load point the recommended γ is choose-draft's schedule (`specsim.setup.gamma_schedule.monotone`: never rising with
 load, a band boundary moved only where the speedup difference exceeds max(2%, 2σ), 0 = off from the first load
 where no γ pays; σ from each run's tokens-per-step histogram over the seeds) and the bands have the shape of vLLM's
 `num_speculative_tokens_per_batch_size`; the best γ is the smallest within 2% of the best at that load alone. The
@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from specsim import theory
-from specsim.studies import schedule
+from specsim.setup import gamma_schedule as schedule
 from specsim.studies.choose import GAMMA_TOLERANCE, bands, bands_text
 from specsim.cli.output import table
 from specsim.sweep import load_spec, run_sweep
@@ -97,7 +97,7 @@ def aggregate(df: pd.DataFrame, load: str) -> pd.DataFrame:
 
 def decide(agg: pd.DataFrame, load: str) -> pd.DataFrame:
     """Per (draft, load): best γ (the smallest within 2% of the best simulated speedup, at this load alone) and
-    recommended γ by `specsim.studies.schedule.monotone` (choose-draft's schedule: never rising with load, a band
+    recommended γ by `specsim.setup.gamma_schedule.monotone` (choose-draft's schedule: never rising with load, a band
     boundary moved only beyond the noise, off from the first load where no allowed γ pays), beside eq. (5)."""
     rows = []
     for draft, gd in agg.groupby("draft", sort=False):

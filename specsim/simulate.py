@@ -65,8 +65,18 @@ class SimResult:
 _costs = step_costs  # kept under its old name for tests and experiments
 
 
+def run_point(**kwargs) -> dict:
+    """One point from flat fields (`make_config` then `run`): how the setup stage's advice simulates fixed-γ points."""
+    return run(make_config(**kwargs))
+
+
+def resolved(cfg: SimConfig):
+    """`setup.run.resolve` with this layer's `run_point` (a bands policy without bands needs it): the RunSetup."""
+    return resolve(cfg, run_point=run_point)
+
+
 def simulate(cfg: SimConfig) -> SimResult:
-    s = resolve(cfg)  # everything the run needs, built once (specsim.setup.run)
+    s = resolved(cfg)  # everything the run needs, built once (specsim.setup.run)
     wl, acc, policy, costs, c, dep = s.workload, s.acceptance, s.policy, s.costs, s.c, s.deployment
     spec, base, extra = s.profile.run(s)
     peak_bw, peak_fl = s.peaks

@@ -43,11 +43,7 @@ LAYERS: dict[str, int] = {
 }
 
 # Upward imports still present: (importing module, imported module). Only ever remove lines from this list.
-ALLOWLIST: set[tuple[str, str]] = {
-    # the bands policy's default bands are a study (choose-draft simulates fixed-γ points, which never need advice):
-    # the setup stage asks for them once, the policy only receives them
-    ("specsim.setup.bands", "specsim.studies.choose"),
-}
+ALLOWLIST: set[tuple[str, str]] = set()  # emptied: the bands advice's point runner is passed down (setup.advice)
 
 
 def _module_name(path: Path) -> str:

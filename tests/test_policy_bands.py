@@ -85,32 +85,54 @@ def test_a_batch_outside_every_band_takes_the_nearest_bands_gamma():
 
 
 def test_default_bands_are_what_choose_draft_advises_for_the_setup(monkeypatch):
-    from specsim.studies import choose
+    from specsim.setup import advice
+    from specsim.studies.choose import choose_draft
 
     seen = []
-    real = choose.choose_draft
+    real = advice.load_points
 
     def spy(*a, **k):
         seen.append((a, k))
         return real(*a, **k)
 
-    monkeypatch.setattr(choose, "choose_draft", spy)
+    advice._advice.cache_clear()
+    monkeypatch.setattr(advice, "load_points", spy)
     kw = dict(HW, alpha=0.7, batch=16, requests=48, output_len=48, seed=5)
     res = simulate(make_config(**kw, policy="bands"))
     (args, kwargs), = seen
-    assert args[:2] == ("h100-sxm", "llama-3.1-8b") and args[2][0].model == "llama-3.2-1b"
-    assert args[2][0].alpha == 0.7 and kwargs["output_len"] == 48 and kwargs["seed"] == 5
-    advice = real(*args, **kwargs)["drafts"][0]["bands"]
-    want = [[b["min"], b["max"], b["gamma"]] for b in advice]
+    run_point, spec, dep, base = args[:4]
+    assert (dep.hardware.name, dep.target.name, spec.model, spec.alpha) == ("h100-sxm", "llama-3.1-8b",
+                                                                          "llama-3.2-1b", 0.7)
+    assert base["output_len"] == 48 and base["seed"] == 5 and args[7] == advice.ADVICE_REQUESTS
+    # the same advice choose-draft gives for the setup (the study and the setup share `setup.advice`)
+    study = choose_draft("h100-sxm", "llama-3.1-8b", ["llama-3.2-1b:0.7"], output_len=48, seed=5,
+                         requests=advice.ADVICE_REQUESTS)["drafts"][0]["bands"]
+    want = [[b["min"], b["max"], b["gamma"]] for b in study]
     assert res.summary["gamma_bands"] == want and res.summary["gamma_bands_source"] == "choose-draft"
     assert want[0][0] == 1 and want[-1][1] == 64  # choose-draft's batch range, contiguous
     p = BandsPolicy(want)
     rec = res.spec
     np.testing.assert_array_equal(rec.step_gamma, [p.gamma_at(int(b)) for b in rec.step_batch])
-    # the same setup again asks choose-draft nothing more (the advice is cached)
+    assert len(seen) == 2  # the study's own call went through the same point search
+    # the same setup again asks for no more points (the advice is cached)
     simulate(make_config(**kw, policy="bands"))
-    assert len(seen) == 1
-    # given bands are used as given
+    assert len(seen) == 2
+
+
+def test_default_bands_need_a_point_runner_from_the_layer_above():
+    """resolve() alone never simulates: without `run_point` a bands policy with no bands is refused plainly."""
+    from specsim.errors import ConfigError
+    from specsim.setup.run import resolve
+
+    cfg = make_config(**HW, alpha=0.7, batch=4, requests=8, policy="bands")
+    with pytest.raises(ConfigError, match="choose-draft's advice"):
+        resolve(cfg)
+    assert resolve(make_config(**HW, alpha=0.7, batch=4, requests=8, policy="bands",
+                               num_speculative_tokens_per_batch_size=[[1, 9, 3]])).policy.bands == ((1, 9, 3),)
+
+
+def test_given_bands_are_used_as_given():
+    kw = dict(HW, alpha=0.7, batch=16, requests=48, output_len=48, seed=5)
     assert make_policy("bands", 4, 0.7, 0.1, make_config(**kw, policy="bands",
                        num_speculative_tokens_per_batch_size=[[1, 9, 3]])).bands == ((1, 9, 3),)
 

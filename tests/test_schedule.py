@@ -14,8 +14,8 @@ from specsim.engine.policies.bands import BandsPolicy
 from specsim.methods.spec_config import parse as parse_spec_config
 from specsim.simulate import make_config
 from specsim.studies.choose import bands, choose_draft
-from specsim.studies.schedule import (engine_configs, monotone, scheduled_speedup, speedup_noise,
-                                      tolerance)
+from specsim.setup.gamma_schedule import monotone, scheduled_speedup, speedup_noise, tolerance
+from specsim.studies.schedule import engine_configs
 
 
 def _pt(s, sd=None, fits=True):

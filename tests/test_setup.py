@@ -33,23 +33,25 @@ def test_simulate_resolves_once_and_runs_the_profile_on_the_setup(monkeypatch):
 
     calls = []
     real = sim.resolve
-    monkeypatch.setattr(sim, "resolve", lambda cfg: calls.append(cfg) or real(cfg))
+    monkeypatch.setattr(sim, "resolve", lambda cfg, run_point=None: calls.append(cfg) or real(cfg, run_point))
     res = simulate(make_config(**HW, batch=4, requests=8))
     assert len(calls) == 1 and res.summary["engine"] == "simpy"
 
 
 def test_the_bands_default_is_worked_out_in_setup_never_inside_the_policy(monkeypatch):
     """The policy builds from bands it is handed; without them it refuses instead of running choose-draft."""
-    from specsim.studies import choose
+    from specsim.setup import advice
+    from specsim.simulate import run_point
 
     cfg = make_config(**HW, batch=8, requests=16, output_len=32, policy="bands")
     with pytest.raises(ValueError, match="setup stage"):
         BandsPolicy.build(4, 0.7, 0.1, cfg)
     assert BandsPolicy.build(4, 0.7, 0.1, cfg, bands=((1, 64, 3),)).source == "choose-draft"
-    s = resolve(cfg)
+    s = resolve(cfg, run_point=run_point)  # the simulate layer hands its point runner down (`simulate.resolved`)
     assert s.policy.source == "choose-draft" and s.policy.bands[0][0] == 1
-    monkeypatch.setattr(choose, "choose_draft", lambda *a, **k: pytest.fail("asked choose-draft again"))
-    assert resolve(cfg).policy.bands == s.policy.bands  # cached per setup; no study runs for a second point
+    monkeypatch.setattr(advice, "load_points", lambda *a, **k: pytest.fail("asked for the advice again"))
+    # cached per setup; no point is simulated again
+    assert resolve(cfg, run_point=run_point).policy.bands == s.policy.bands
     given = make_config(**HW, policy="bands", num_speculative_tokens_per_batch_size=[[1, 9, 3]])
     assert resolve(given).policy.bands == ((1, 9, 3),) and resolve(given).policy.source == "given"
 

@@ -5,7 +5,8 @@
 2. the workload (arrivals, lengths) and the acceptance source (α, a β trace, a token tree's slot rates);
 3. the deployment (`deployment.Deployment`: hardware, stack, TP, models or heads; none under fixed_c) and the
    step costs (`steptime.StepCosts`, a method's pricing, a token tree), and c at the prompt length;
-4. the γ policy, with what it needs worked out here (`POLICY_INPUTS`: the bands choose-draft advises), wrapped in
+4. the γ policy, with what it needs worked out here (`POLICY_INPUTS`: the bands choose-draft advises, from
+   fixed-γ points the caller's `run_point` simulates), wrapped in
    vLLM's disable_by_batch_size when set;
 5. memory (admission control with and without the draft) and the longest request checked against the models'
    positions and the KV capacity;
@@ -28,11 +29,12 @@ from specsim.engine.acceptance import Acceptance
 from specsim.engine.engine_profiles.base import EngineProfile
 from specsim.engine.policies import Policy, make_policy
 from specsim.engine.workload import Workload, build_workload
-from specsim.setup import bands
+from specsim.setup import advice
 from specsim.setup.deployment import Deployment
 
-# what a γ policy needs beyond the config, worked out by the setup stage: policy name -> f(cfg, α) -> build kwargs
-POLICY_INPUTS = {"bands": bands.policy_inputs}
+# what a γ policy needs beyond the config, worked out by the setup stage: policy name -> f(cfg, α, run_point) ->
+# build kwargs (run_point: how to simulate a fixed-γ point, passed down by the simulate layer; `setup.advice`)
+POLICY_INPUTS = {"bands": advice.policy_inputs}
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,10 @@ def step_costs(cfg: SimConfig) -> tuple[StepCosts, Deployment | None]:
     return StepCosts(*dep.cost_models, method=method, gamma=cfg.speculation.gamma, tree=tree), dep
 
 
-def policy(cfg: SimConfig, alpha: float, c: float) -> Policy:
+def policy(cfg: SimConfig, alpha: float, c: float, run_point=None) -> Policy:
     """The configured γ policy with what the setup works out for it (`POLICY_INPUTS`)."""
     name = cfg.speculation.policy
-    inputs = POLICY_INPUTS[name](cfg, alpha) if name in POLICY_INPUTS else {}
+    inputs = POLICY_INPUTS[name](cfg, alpha, run_point) if name in POLICY_INPUTS else {}
     return make_policy(name, cfg.speculation.gamma, alpha, c, cfg, **inputs)
 
 
@@ -111,14 +113,16 @@ def _memory(dep: Deployment | None, wl: Workload, pol: Policy, costs: StepCosts)
     return mem_spec, mem_base
 
 
-def resolve(cfg: SimConfig) -> RunSetup:
-    """Everything a run of `cfg` needs (the module docstring gives the order)."""
+def resolve(cfg: SimConfig, run_point=None) -> RunSetup:
+    """Everything a run of `cfg` needs (the module docstring gives the order). `run_point(**flat fields) -> summary
+    row` simulates a fixed-γ point: what the bands policy's default bands are worked out with (`setup.advice`);
+    `specsim.simulate.resolved` passes it — this layer never imports the simulate layer above it."""
     profile = check(cfg)
     wl = build_workload(cfg)
     acc = Acceptance.from_config(cfg)
     costs, dep = step_costs(cfg)
     c = costs.derived_c(cfg.workload.prompt_len)
-    pol = policy(cfg, acc.alpha, c)
+    pol = policy(cfg, acc.alpha, c, run_point)
     mem_spec, mem_base = _memory(dep, wl, pol, costs)
     path, reason = profile.path(cfg)
     return RunSetup(cfg, wl, acc, dep, costs, c, pol, mem_spec, mem_base, profile, path, reason)

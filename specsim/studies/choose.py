@@ -6,7 +6,7 @@ is run at each γ in 1..gamma_max against the paired no-speculation baseline. Pe
 - best γ = the smallest γ whose simulated speedup is within GAMMA_TOLERANCE (2%) of the largest one (near the
   optimum the curve is flat and a finite run's noise would otherwise flip γ between neighbours; a shorter draft
   wastes less work), and each γ's speedup carries its noise (`speedup_noise_by_gamma`, one standard error);
-- recommended γ = the schedule over the load points (`specsim.studies.schedule.monotone`): never rising with load,
+- recommended γ = the schedule over the load points (`specsim.setup.gamma_schedule.monotone`): never rising with load,
   a band boundary moved only where the speedup difference exceeds the noise, 0 (off) from the first load where
   no allowed γ gives a speedup > 1; the realized speedup is the simulated one at that γ (1.0 when off);
 - bands = contiguous runs of load points sharing the recommended γ, in the shape of vLLM's
@@ -31,45 +31,19 @@ call raises DoesNotFitError with the figures.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from specsim.engine.acceptance import GAMMA_CAP
 from specsim.errors import ConfigError, DoesNotFitError
+from specsim.setup import advice
+from specsim.setup.advice import DEFAULT_BATCHES, DEFAULT_GAMMA_MAX, DraftSpec, bands  # noqa: F401  (the study's API)
 from specsim.setup.deployment import Deployment, load_profile
+from specsim.setup.gamma_schedule import GAMMA_TOLERANCE  # noqa: F401  (the rule's tolerance, used by the studies)
 from specsim.studies import schedule
-from specsim.studies.schedule import GAMMA_TOLERANCE  # noqa: F401  (the rule's tolerance, used by the studies)
 
-DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_GAMMA_MAX = 8
 _FORMAT = "NAME:ALPHA (ALPHA in [0, 1)) or NAME:TRACE_FILE (.parquet, .pq, .csv)"
-
-
-@dataclass(frozen=True)
-class DraftSpec:
-    """One candidate draft as the user named it: a model profile plus its acceptance source."""
-
-    text: str  # as given, e.g. "llama-3.2-1b:0.7"
-    model: str  # model profile name or TOML path
-    alpha: float  # the given α, or the trace's mean β
-    trace: str | None = None  # β trace path when α came from a trace
-    method: str = "draft_model"  # the speculation method (specsim.methods): a head profile's own, or the config's
-    draft_tp: int | None = None  # the draft's TP degree (vLLM's draft_tensor_parallel_size); None = the target's
-    tree: str | None = None  # a token tree (speculative_token_tree): its depth is γ, so no γ is searched
-    tree_topk: tuple | None = None  # its tree_topk_acceptance
-    configured_gamma: int | None = None  # the γ the pasted config runs (num_speculative_tokens): still searched,
-    # and its own speedup reported beside the recommendation
-    ignored: tuple[str, ...] = ()  # the config's keys that change nothing here (`spec_config.choose_ignored`)
-
-    def tree_nodes(self) -> int:
-        """Verified positions beyond the root: the tree's nodes (0 without a tree)."""
-        if self.tree is None:
-            return 0
-        from specsim.methods.tree_config import tree_setup
-
-        return tree_setup(self.tree, self.tree_topk, None if self.trace else self.alpha).tree.nodes
 
 
 def parse_draft(text: str) -> DraftSpec:
@@ -125,91 +99,6 @@ def _loads(batches, rates) -> tuple[str, list]:
         raise ConfigError("batch sizes must be integers in [1, 4096]", field="--batch", value=list(vals),
                           allowed="e.g. 1,4,16,64")
     return "batch", sorted({int(b) for b in vals})
-
-
-def _requests_for(kind: str, load, requests: int | None) -> int:
-    """Enough requests for a steady state: several waves of the batch, or a few hundred Poisson arrivals."""
-    if requests is not None:
-        return int(requests)
-    return max(64, 4 * int(load)) if kind == "batch" else 200
-
-
-# --- memory -----------------------------------------------------------------------------------------------------
-
-def _memory(dep: Deployment, gamma_max: int, prompt_len: int, output_len: int) -> dict:
-    """Weights + KV per concurrent request per chip, the largest batch that fits, and the does-not-fit text."""
-    mem, _ = dep.memory(gamma_max + 1)
-    per_req = float(mem.request_bytes(np.array([prompt_len]), np.array([output_len]))[0])
-    max_batch = int(max(0.0, mem.kv_budget) // per_req) if per_req > 0 else 4096
-    return {"capacity_gb": mem.capacity / 1e9, "weights_gb": mem.weights / 1e9, "kv_per_request_gb": per_req / 1e9,
-            "max_batch": max_batch, "tp": dep.tp, "hardware": dep.hardware.name, "stack": dep.stack.name}
-
-
-def _no_fit_line(draft: str, m: dict, batch: int) -> str:
-    need = m["weights_gb"] + batch * m["kv_per_request_gb"]
-    best = f"the largest batch that fits is {m['max_batch']}" if m["max_batch"] >= 1 else \
-        "not even one request fits"
-    return (f"does not fit: target + {draft} at batch {batch} need {need:.2f} GB per chip (weights "
-            f"{m['weights_gb']:.2f} GB + KV {batch * m['kv_per_request_gb']:.2f} GB) but {m['hardware']} has "
-            f"{m['capacity_gb']:g} GB (tp {m['tp']}); {best}; allowed: a larger --tp, a smaller batch or shorter "
-            f"requests, or a larger device")
-
-
-# --- per-point search --------------------------------------------------------------------------------------------
-
-def _simulate_point(base: dict, spec: DraftSpec, kind: str, load, gamma_max: int) -> dict:
-    from specsim.simulate import make_config, run
-
-    by_gamma = []
-    for g in ([None] if spec.tree is not None else range(1, gamma_max + 1)):  # a tree's depth is its one γ
-        kw = dict(base, draft=spec.model, method=spec.method, draft_tp=spec.draft_tp)
-        if g is None:
-            kw.update(speculative_token_tree=spec.tree, tree_topk_acceptance=spec.tree_topk,
-                      gamma=spec.configured_gamma)  # a tree's γ is its depth: a configured one must agree
-        else:
-            kw["gamma"] = g
-        kw.update(alpha=spec.alpha if spec.trace is None else None, trace=spec.trace)
-        kw.update(batch=int(load)) if kind == "batch" else kw.update(rate=float(load))
-        r = run(make_config(**kw))
-        by_gamma.append(r)
-    s = np.array([r["speedup"] for r in by_gamma], dtype=float)
-    sd = [schedule.speedup_noise(r) for r in by_gamma]
-    top = int(np.argmax(s))
-    ok = np.array([x >= s[top] - schedule.tolerance(s[top], e, sd[top]) for x, e in zip(s, sd)])
-    if s.max() > 1.0:
-        ok &= s > 1.0  # never let the tolerance switch a speedup into a slowdown
-    i = int(np.flatnonzero(ok)[0])
-    best = by_gamma[i]
-    g_best = int(best["gamma"])
-    mine = {} if spec.configured_gamma is None else \
-        {"speedup_at_configured_gamma": float(s[0] if spec.tree is not None else s[spec.configured_gamma - 1])}
-    return {**mine, "load": load, "fits": True, "best_gamma": g_best, "best_speedup": float(s[i]),
-            "max_speedup": float(s.max()), "speedup_eq5_at_best": best["speedup_eq5"],
-            "tokens_per_target_run": best["tokens_per_target_run"],
-            "tokens_per_target_run_eq1": best["tokens_per_target_run_eq1"],
-            "clustering_delta": best["clustering_delta"], "c": best["c"], "c_at_batch": best["c_at_batch"],
-            "speedup_by_gamma": [float(x) for x in s],
-            "speedup_noise_by_gamma": sd,
-            "speedup_eq5_by_gamma": [float(r["speedup_eq5"]) for r in by_gamma], "engine": best["engine"]}
-
-
-def bands(loads: list, gammas: list[int], kind: str = "batch") -> list[dict]:
-    """Contiguous runs of load points with the same recommended γ (see the module docstring)."""
-    out: list[dict] = []
-    for x, g in zip(loads, gammas):
-        if out and out[-1]["gamma"] == g:
-            continue
-        out.append({"min": x, "gamma": int(g)})
-    for k, b in enumerate(out):
-        if k + 1 < len(out):
-            nxt = out[k + 1]["min"]
-            b["max"] = nxt - 1 if kind == "batch" else nxt
-            b["max_inclusive"] = kind == "batch"
-        else:
-            b["max"] = loads[-1]
-            b["max_inclusive"] = True
-    return [{"min": b["min"], "max": b["max"], "max_inclusive": b["max_inclusive"], "gamma": b["gamma"]}
-            for b in out]
 
 
 def bands_text(bs: list[dict], kind: str = "batch") -> str:
@@ -277,25 +166,9 @@ def _checked_inputs(drafts, gamma_max, tp) -> list:
 
 def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, requests, progress) -> dict:
     """One draft's points over the loads (a load that does not fit is a point marked so), bands and break-even."""
-    mem = _memory(dep, max(gamma_max, spec.tree_nodes()), prompt_len, output_len)  # a tree writes nodes + 1
-    points, lines = [], []
-    for load in loads:
-        need = int(load) if kind == "batch" else 1
-        if mem["max_batch"] < need:
-            lines.append(_no_fit_line(spec.model, mem, need))
-            points.append({"load": load, "fits": False, "best_gamma": None, "best_speedup": None,
-                           "recommended_gamma": 0, "realized_speedup": 1.0})
-            continue
-        if progress is not None:
-            progress(spec.model, load)
-        points.append(_simulate_point(dict(base, requests=_requests_for(kind, load, requests)), spec, kind,
-                                      load, gamma_max))
-    for p, g in zip(points, schedule.monotone(points)):
-        p["recommended_gamma"], p["realized_speedup"] = g, schedule.scheduled_speedup(p, g)
-        if p["fits"]:  # what the table shows: the figures at the scheduled γ (at the best γ where it is off)
-            j = schedule.index_of(p, g or p["best_gamma"])
-            p["speedup_at_recommended"] = p["speedup_by_gamma"][j]
-            p["speedup_eq5_at_recommended"] = p["speedup_eq5_by_gamma"][j]
+    from specsim.simulate import run_point
+
+    points, mem, lines = advice.load_points(run_point, spec, dep, base, kind, loads, gamma_max, requests, progress)
     sims = [p for p in points if p["fits"]]
     below = [p["load"] for p in sims if p["max_speedup"] < 1.0]
     name = spec.model if spec.tree is None else f"{spec.model} ({spec.tree_nodes()}-node tree)"

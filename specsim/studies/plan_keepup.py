@@ -121,9 +121,9 @@ def replica_bounds(cfg, plain: bool) -> tuple[int, int, int | None]:
     """(lower, likely, stable) replica counts for `cfg`'s offered load (its replicas ignored), from its step costs
     (the module docstring says what each is); plain: the paired baseline's. (1, 1, None) where none holds: a closed
     loop, fixed_c (its times are in target passes, its rate in requests per second), a token tree."""
-    from specsim.setup.run import resolve
+    from specsim.simulate import resolved
 
-    s = resolve(cfg)
+    s = resolved(cfg)
     wl, costs, pol = s.workload, s.costs, s.policy
     span = float(wl.arrival_s.max() - wl.arrival_s.min()) if wl.n > 1 else 0.0
     if wl.mode == "closed" or costs.fixed_c is not None or span <= 0 or (not plain and costs.tree is not None):

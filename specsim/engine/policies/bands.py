@@ -7,7 +7,7 @@ the nearest band's γ: below the first band its γ, above the last band its γ, 
 the closer one (equally close: the lower band's).
 
 Without bands given, they are what choose-draft advises for the setup, worked out by the setup stage before the
-policy is built (`specsim.setup.bands`: `specsim.studies.choose.choose_draft` on the config's hardware, stack, TP,
+policy is built (`specsim.setup.advice`: choose-draft's point search and schedule on the config's hardware, stack, TP,
 target, and the draft with the run's α — or its trace —, prompt and output lengths and seed): its recommended γ
 per batch size at choose-draft's default batch sizes 1 … 64 and γ ≤ 8, each point simulated with 64 requests (one
 wave at batch 64; a small count keeps the advice cheap — it is cached per setup within a process). The policy
