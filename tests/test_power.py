@@ -206,15 +206,21 @@ def test_good_cost_figures_load(tmp_path):
     assert (hw.price_usd_per_hour, hw.tdp_w, hw.idle_w, hw.running_floor_w) == (1.5, 300.0, 0.0, 40.0)
 
 
+# b200.toml's figures, restated likewise: (floor, TDP, bandwidth B/s, bf16 peak FLOP/s); the curve's weights as H100's
+B200 = (107.1, 1000.0, 8000e9, 2250e12)
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "b200"])
 @pytest.mark.parametrize("stack", ["ideal", "pytorch-eager", "cuda-graphs"])
-def test_a_draft_sized_pass_at_batch_1_draws_at_least_the_running_floor(stack):
+def test_a_draft_sized_pass_at_batch_1_draws_at_least_the_running_floor(stack, gpu):
     """A GPU inside a serving loop does not fall back to idle between small passes: a 1B draft's pass at batch 1
-    draws the running floor or more, by the curve's own formula."""
-    hw = loader.hardware("h100-sxm")
+    draws the running floor or more, and less than TDP, by the curve's own formula, on both fitted chips."""
+    hw = loader.hardware(gpu)
+    floor, tdp, bw, peak = (FLOOR_W, TDP_W, BW_BYTES_S, PEAK_BF16_FLOPS) if gpu == "h100-sxm" else B200
     p = CostModel(loader.model("llama-3.2-1b"), hw, loader.stack(stack)).pass_cost(1, 1, 512)
     w = pass_power_w(hw, p.bytes, p.flops, p.time_s, "bf16")
-    assert w >= hw.running_floor_w and w > hw.idle_w
-    assert w == pytest.approx(_p(p.bytes / (p.time_s * BW_BYTES_S), p.flops / (p.time_s * PEAK_BF16_FLOPS)))
+    assert hw.running_floor_w <= w < hw.tdp_w and w > hw.idle_w
+    assert w == pytest.approx(_p(p.bytes / (p.time_s * bw), p.flops / (p.time_s * peak), floor, tdp))
 
 
 @settings(max_examples=300, deadline=None)

@@ -8,8 +8,15 @@ Power of one chip (the form; where each figure comes from follows):
 floor = running_floor_w, w_mbu = power_mbu_weight, w_mfu = power_mfu_weight. A pass that moves nothing draws the
 running floor (a GPU inside a serving loop does not fall back to idle between passes), power rises with the bytes
 and FLOPs a pass keeps in flight and saturates towards TDP at large batch, never reaching it (s / (1 + s) < 1).
-s / (1 + s) rather than 1 − e^(−s): tried on the same rows, their leave-one-model-out errors were within a point or
-two of each other, and a division rounds the same on every CPU where an exp need not.
+Why this form: 20 were tried on the same rows, each held out model by model, on the roofline and the measured-kernel
+stack, prefills separate or mixed (experiments/power_forms.py -> experiments/results/power_forms.md): 1 − e^(−s),
+min(1, s), Hill s^p/(1+s^p), MFU alone, the busier unit, all-reduce or launch overhead drawing the floor, energy per
+byte and per FLOP shared across chips. None meets issue 23's line (every H100 row within 10%, B200 within 15%),
+and none beats this one at every assumed prompt / output length (min(1, w_mfu·MFU) wins at 70 / 215 and loses at
+512 / 512 and 1000 / 250); a division also rounds the same on every CPU where an exp need not. What no per-pass
+curve can follow: at like utilisation the models draw unlike power (H100, batch 64: Llama-3.1-8B 87% of TDP,
+Qwen3-14B 75%, Llama-3.1-70B on 4 GPUs 71%, at MFU 0.15, 0.16, 0.14; B200, batch 8: 8B 64%, 70B on 2 GPUs 85% at
+the same MBU and MFU; B200 8B draws less at batch 64 than at 8).
 - idle_w: a truly idle chip, sourced per chip in its profile (H100: 75 W, the Splitwise simulator's measured
   constant, ../shared/reference/measured-power.md).
 - tdp_w: the datasheet's maximum board power.
