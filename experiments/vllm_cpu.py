@@ -60,6 +60,10 @@ CAL_CONCURRENCY = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
 CAL_CHUNKS = (2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 240, 288,
               352, 416, 512)
 MEAN_PROMPT_TOKENS = 18  # the 16 prompts' mean (the first trial's input_lens 17-20): sizes the chunk sweep's prompts
+MAX_MODEL_LEN = 1024
+# at most this many prompts joined into one chunk-sweep prompt: 57 of them (chunk 512) came to 1025 tokens on
+# 2026-12-02 and vLLM refused them (> max_model_len); 48 x at most 20 tokens stays below it with room for the output
+MAX_CONCAT = 48
 
 
 def modes(ks=KS) -> dict:
@@ -86,7 +90,7 @@ def calibration_points() -> list[dict]:
     # as long as the grid's outputs, so the decode steps also span the grid's KV contexts (the table's KV term)
     dec = [{"point": f"cal-dec{c}", "concurrency": c, "requests": c, "output_len": OUTPUT_LEN} for c in CAL_CONCURRENCY]
     chunk = [{"point": f"cal-chunk{b}", "concurrency": 1, "requests": 1, "output_len": 2, "budget": b,
-              "concat": max(1, math.ceil(2 * b / MEAN_PROMPT_TOKENS))} for b in CAL_CHUNKS]
+              "concat": max(1, min(MAX_CONCAT, math.ceil(2 * b / MEAN_PROMPT_TOKENS)))} for b in CAL_CHUNKS]
     return dec + chunk
 
 
@@ -106,7 +110,7 @@ def sessions(repeats: int, names: list[str]) -> list[tuple[str, list[int]]]:
 
 
 def engine_kwargs(mode: dict) -> dict:
-    kw = {"model": str(CACHE / mode["model"]), "dtype": "bfloat16", "max_model_len": 1024, "enforce_eager": True,
+    kw = {"model": str(CACHE / mode["model"]), "dtype": "bfloat16", "max_model_len": MAX_MODEL_LEN, "enforce_eager": True,
           "seed": 0, "enable_prefix_caching": False, "max_num_seqs": MAX_NUM_SEQS,
           "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS, "block_size": BLOCK_SIZE, "disable_log_stats": False,
           "enable_logging_iteration_details": True}
