@@ -181,3 +181,24 @@ def test_a_band_ending_far_beyond_any_batch_builds_at_once():
     p = BandsPolicy([(1, 8, 4), (9, 10**9, 3)])  # before the cap: a 10^9-entry table (minutes, ~8 GB)
     assert len(p._by_batch) == LARGEST_LIVE_BATCH + 1
     assert p.gamma_at(8) == 4 and p.gamma_at(9) == 3 and p.gamma_at(LARGEST_LIVE_BATCH) == 3
+
+
+def test_default_bands_advise_the_runs_own_method():
+    """An EAGLE-3 head's bands are advised with the head (method eagle3), not as a draft model (which refused it)."""
+    from specsim.setup import advice
+
+    seen = []
+    real = advice.load_points
+
+    def spy(*a, **k):
+        seen.append(a[1])
+        return real(*a, **k)
+
+    advice._advice.cache_clear()
+    try:
+        advice.load_points = spy
+        res = simulate(make_config(hardware="h100-sxm", target="llama-3.1-8b", draft="eagle3-llama-3.1-8b",
+                                   method="eagle3", alpha=0.7, batch=4, requests=8, policy="bands"))
+    finally:
+        advice.load_points = real
+    assert seen[0].method == "eagle3" and res.summary["gamma_bands_source"] == "choose-draft"

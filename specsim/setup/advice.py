@@ -183,14 +183,18 @@ def policy_inputs(cfg, alpha: float, run_point=None) -> dict:
 def advised_bands(cfg, alpha: float, run_point) -> tuple:
     """The bands the advice gives for the config's setup, as ((start, end, γ), ...) (see the docstring)."""
     g = cfg.get
+    draft_tp = None if g("draft_tp") is None else int(g("draft_tp"))
     return _advice(run_point, g("hardware"), g("target"), g("draft"), float(alpha), g("trace"), g("stack"),
-                   int(g("tp")), int(g("prompt_len")), int(g("output_len")), int(g("seed")))
+                   int(g("tp")), int(g("prompt_len")), int(g("output_len")), int(g("seed")), g("method"), draft_tp)
 
 
 @lru_cache(maxsize=64)
-def _advice(run_point, hardware, target, draft, alpha, trace, stack, tp, prompt_len, output_len, seed) -> tuple:
-    spec = DraftSpec(text=f"{draft}:{trace or alpha}", model=draft, alpha=alpha, trace=trace)
-    dep = Deployment.resolve(hardware, target, draft, stack=stack, tp=tp, method=spec.method)
+def _advice(run_point, hardware, target, draft, alpha, trace, stack, tp, prompt_len, output_len, seed, method,
+            draft_tp) -> tuple:
+    # the run's own method and draft TP: an EAGLE-3 head is advised as a head, not as a draft model
+    spec = DraftSpec(text=f"{draft}:{trace or alpha}", model=draft, alpha=alpha, trace=trace, method=method,
+                     draft_tp=draft_tp)
+    dep = Deployment.resolve(hardware, target, draft, stack=stack, tp=tp, method=method, draft_tp=draft_tp)
     base = {"hardware": hardware, "target": target, "stack": stack, "tp": tp, "prompt_len": prompt_len,
             "output_len": output_len, "seed": seed, "engine": "auto"}
     loads = list(DEFAULT_BATCHES)
