@@ -79,3 +79,17 @@ def test_target_and_draft_take_a_listed_repo_id_as_vllm_names_models():
     assert code == 0 and json.loads(out)["speedup"] == by_name["speedup"]
     code, _, err = cli_redirect(*[a if a != "llama-3.2-1b" else "someone/unlisted-1b" for a in SIM])
     assert code == 2 and "field 'draft'" in err and "repo id" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("text, needle", [
+    (None, "no such eagle3 head profile file"),  # an absent path
+    ("garbage = [\n", "malformed TOML"),  # a damaged file: its own parse error, not "takes a head profile"
+    ('name = "x"\nhidden_size = 4096\n', "field 'method': required field is missing"),  # an incomplete one
+])
+def test_a_head_path_that_is_absent_damaged_or_incomplete_says_which(tmp_path, text, needle):
+    p = tmp_path / "head.toml"
+    if text is not None:
+        p.write_text(text)
+    code, out, err = cli_redirect("simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", str(p),
+                                  "--method", "eagle3", "--alpha", "0.7", "--requests", "2", "--json")
+    assert code == 2 and err.count("\n") == 1 and needle in err and str(p) in err, err

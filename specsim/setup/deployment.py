@@ -27,6 +27,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from specsim.config import flag
 from specsim.errors import ConfigError
@@ -308,6 +309,11 @@ def _method_draft(method: str, name: str, target: ModelProfile):
                               allowed=f"a model profile, or method {prof.method}")
         return prof
     if not heads.is_head(name):
+        if loader.is_path(name):
+            if not Path(name).is_file():
+                raise ConfigError(f"no such {method} head profile file", file=name, field="draft",
+                                  allowed=", ".join(heads.heads_for(method)) + "; or an existing head TOML path")
+            heads.load_head(name)  # a damaged or incomplete file: its own one-line error (line, field)
         if loader.is_path(name) or name != heads.shipped_head_name(method, target.name):
             raise ConfigError(f"method {method} takes a {method} head profile", field="draft", value=name,
                               allowed=", ".join(heads.heads_for(method)) + "; or a head TOML path")
