@@ -93,3 +93,20 @@ def test_a_head_path_that_is_absent_damaged_or_incomplete_says_which(tmp_path, t
     code, out, err = cli_redirect("simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft", str(p),
                                   "--method", "eagle3", "--alpha", "0.7", "--requests", "2", "--json")
     assert code == 2 and err.count("\n") == 1 and needle in err and str(p) in err, err
+
+
+@pytest.mark.parametrize("old, new, column", [
+    (",llama-3.1-8b,", ",nosuchmodel,", "model"),
+    (",h100-sxm,", ",nogpu,", "gpu"),
+    (",1,16,16.0,513,0.263,1954,", ",3,16,16.0,513,0.789,1950,", "tp"),  # 3 does not divide the heads
+])
+def test_a_power_row_refused_by_its_deployment_names_the_file_row_and_column(tmp_path, old, new, column):
+    rows = [ln for ln in (FIX / "power" / "mlenergy_v3_lm_arena_chat.csv").read_text().splitlines()
+            if not ln.startswith("#")][:4]
+    rows[2] = rows[2].replace(old.lstrip(","), new.lstrip(","), 1) if old.startswith(",llama") else \
+        rows[2].replace(old, new, 1)
+    p = tmp_path / "rows.csv"
+    p.write_text("\n".join(rows) + "\n")
+    code, out, err = cli_redirect("calibrate-power", str(p), "--hardware", "h100-sxm")
+    assert code == 2 and err.count("\n") == 1 and str(p) in err and f"field '{column}'" in err, err
+    assert "data row 2" in err

@@ -36,7 +36,7 @@ def calibrate_power(
 ) -> None:
     """Fit running_floor_w, power_mbu_weight, power_mfu_weight to measured W per GPU; check them on held-out
     models."""
-    from specsim.cost.calibrate_io import check_power_physics, read_power_rows, write_power_profile
+    from specsim.cost.calibrate_io import check_power_physics, in_row, read_power_rows, write_power_profile
     from specsim.cost.power_fit import fit_curve, leave_one_model_out, mean_abs
     from specsim.setup.power_rows import row_parts
     from specsim.errors import ConfigError, check_range
@@ -55,11 +55,13 @@ def calibrate_power(
     path = input_file(rows, "power rows CSV", field="ROWS")
     measured = read_power_rows(path, prompt_len, output_len, stack)
     check_power_physics(measured, path)
-    mine = [r for r in measured if pool or loader.hardware(r.gpu).name == hw.name]
+    mine = [(i, r) for i, r in enumerate(measured, 1)
+            if pool or in_row(path, i, lambda: loader.hardware(r.gpu)).name == hw.name]
     if not mine:
         raise ConfigError(f"no row of {hw.name} (gpu column: {sorted({r.gpu for r in measured})})", file=path,
                           field="gpu", allowed=f"rows of {hw.name}, or --pool to fit every row")
-    parts = [row_parts(r) for r in mine]
+    parts = [in_row(path, i, lambda: row_parts(r)) for i, r in mine]
+    mine = [r for _, r in mine]
     fit = fit_curve(parts)
     figures = fit.figures(hw.tdp_w, hw.idle_w)
     in_err = fit.errors_pct()
@@ -97,3 +99,4 @@ def calibrate_power(
               [(r["model"], r["gpu"], r["tp"], r["batch"], r["w_per_gpu_measured"], r["w_per_gpu_predicted"],
                 r["w_err_pct"], r["j_per_token_measured"], r["j_per_token_predicted"]) for r in lomo],
               caption="J/token predicted = predicted W/GPU × TP / the row's measured tokens/s")
+

@@ -204,7 +204,7 @@ def check_power_physics(rows: list, path) -> None:
     from specsim.profiles import loader
 
     for i, r in enumerate(rows):
-        hw = loader.hardware(r.gpu)
+        hw = in_row(path, i + 1, lambda: loader.hardware(r.gpu))
         if hw.tdp_w is None or hw.idle_w is None:
             continue  # row_parts refuses it, naming the profile
         lo, hi = IDLE_SLACK * hw.idle_w, TDP_SLACK * hw.tdp_w
@@ -231,3 +231,21 @@ def write_power_profile(path: str | Path, hw: HardwareProfile, figures: dict, co
         raise ConfigError(f"the fit gives a figure the hardware profile cannot hold ({err.message}); not written",
                           file=path, field=err.field, value=err.value, allowed=err.allowed) from None
     return write_hardware_toml(path, hw, comment=comment, **figures)
+
+
+# a row's deployment is refused under the run's field names; the CSV says them as its columns
+_COLUMN = {"target": "model", "--target": "model", "hardware": "gpu", "--hardware": "gpu", "--tp": "tp",
+           "--stack": "stack"}
+
+
+def in_row(path, i: int, build):
+    """`build()` for data row i of the CSV; a refusal names the file, the row and the column (one line)."""
+    try:
+        return build()
+    except ConfigError as e:
+        if e.file is not None and str(e.file) != str(path):  # about another file (a profile TOML): as it is
+            raise
+        col = _COLUMN.get(e.field or "", e.field)
+        raise ConfigError(f"data row {i}: {e.message}", file=path, field=col, value=e.value,
+                          allowed=e.allowed) from None
+
