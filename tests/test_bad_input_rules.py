@@ -110,3 +110,10 @@ def test_a_power_row_refused_by_its_deployment_names_the_file_row_and_column(tmp
     code, out, err = cli_redirect("calibrate-power", str(p), "--hardware", "h100-sxm")
     assert code == 2 and err.count("\n") == 1 and str(p) in err and f"field '{column}'" in err, err
     assert "data row 2" in err
+
+
+def test_a_step_table_path_that_is_a_folder_says_so(tmp_path):
+    code, out, err = cli_redirect("simulate", "--hardware", "cpu-2core", "--target", "qwen2.5-coder-1.5b", "--draft",
+                                  "qwen2.5-coder-0.5b", "--alpha", "0.7", "--engine-profile", "vllm-v1",
+                                  "--step-table-target", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "is a directory, not a file" in err and str(tmp_path) in err, err

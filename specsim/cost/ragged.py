@@ -96,9 +96,9 @@ class StepTable:
         from specsim.cost.measured import MAX_PASS_TIME_S, MAX_ROWS
         from specsim.inputs.tables import CsvTable, check_rows, float_column, int_column, require_columns
 
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError("no such file", file=p, field="step table", allowed="a CSV with columns tokens,time_s")
+        from specsim.inputs.files import input_file
+
+        p = input_file(path, "step table (a CSV with columns tokens,time_s)", field="step table")
         table = CsvTable(p, comment="#")
         df = table.frame
         require_columns(df, ("tokens", "time_s"), p)
