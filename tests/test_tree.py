@@ -95,7 +95,7 @@ def test_rank_probabilities_from_the_acceptance_vector():
 
 # --- trees in the simulator -------------------------------------------------------------------------------------
 
-from conftest import cli_capsys  # noqa: E402
+from conftest import cli_capsys, cli_redirect  # noqa: E402
 
 from specsim.cost.steptime import StepCosts  # noqa: E402
 from specsim.simulate import _costs, make_config, run  # noqa: E402
@@ -206,3 +206,13 @@ def test_choose_draft_takes_a_tree_candidate(capsys):
         code, _, err = cli_capsys(capsys, "choose-draft", "--hardware", "h100-sxm", "--target", "llama-3.1-8b",
                                   "--speculative-config", bad, "--batch", "1")
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("tree, needle", [('{"dynamic": "16"}', "dynamic must be an integer (got '16')"),
+                                          ('{"dynamic": 16.0}', "dynamic must be an integer (got 16.0)"),
+                                          ('{"dynamic": 0}', "out of range (got 0)")])
+def test_a_dynamic_tree_budget_that_is_text_or_a_float_is_named_as_such(tree, needle):
+    code, out, err = cli_redirect("simulate", "--hardware", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
+                                  "llama-3.2-1b", "--alpha", "0.7", "--speculative-token-tree", tree,
+                                  "--tree-topk-acceptance", "[0.7, 0.8]", "--requests", "4")
+    assert code == 2 and err.count("\n") == 1 and needle in err, err

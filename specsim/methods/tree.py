@@ -88,7 +88,10 @@ class Tree:
         """The `budget` most likely paths (ranks < top_k): grown best-first from the root, which is optimal for
         a fixed node count because a child is never likelier than its parent."""
         for name, v, hi in (("dynamic", budget, MAX_TREE_NODES), ("top_k", top_k, MAX_RANK)):
-            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi:
+            if not isinstance(v, int) or isinstance(v, bool):  # "16" is text, 16.0 a float: neither is a count
+                raise ConfigError(f"{name} must be an integer", field=f"{field}.{name}", value=repr(v),
+                                  allowed=f"integers 1..{hi}")
+            if not 1 <= v <= hi:
                 raise ConfigError("out of range", field=f"{field}.{name}", value=v, allowed=f"integers 1..{hi}")
         p = np.asarray(p_rank, dtype=float)
         heap, paths, seq = [(-p[r], r, (r,)) for r in range(min(top_k, len(p)))], [], 0
@@ -191,7 +194,7 @@ def parse_tree(value, p_rank: np.ndarray | None, field: str = FIELD) -> Tree:
             if p_rank is None:
                 raise ConfigError("a dynamic tree picks its nodes by the rank model, the draft's top-k acceptance "
                                   "(with α alone every node would be rank 0: a chain)", field=field,
-                                  value=f"dynamic {value['dynamic']}",
+                                  value=json.dumps(value),
                                   allowed="give tree_topk_acceptance as well, or a list of paths / widths")
             depth = value.get("depth", MAX_TREE_DEPTH)
             if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_TREE_DEPTH:
