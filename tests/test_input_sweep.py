@@ -367,3 +367,17 @@ def _rss_kb(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+@pytest.mark.parametrize("config, field, words", [
+    ('{"model": "proptest-draft", "num_speculative_tokens": "x"}',
+     "grid.speculative_config.num_speculative_tokens", ["(got 'x')", "1..64"]),
+    ('{"model": "proptest-draft", "model": "proptest-draft"}', "grid.speculative_config", ["given twice"]),
+])
+def test_a_bad_speculative_config_in_a_sweep_names_the_spec_field(tmp_path, config, field, words):
+    """Read inside the point's config, it used to name the simulate flag (--speculative-config...) and no file."""
+    spec = dict(BASE, grid={"speculative_config": [config], "batch": [1]},
+                fixed=dict(BASE["fixed"], alpha=0.6))
+    code, out, err = run_cli(spec, tmp_path)
+    line = assert_one_json_or_one_line(code, out, err)
+    assert code == 2 and SPEC_NAME in line and f"field '{field}'" in line and all(w in line for w in words), line

@@ -38,7 +38,7 @@ def test_vllm_keys_map_to_the_fields():
     ('{"method": "draft_model"}', "model"),
     ('{"method": "ngram", "model": 3}', "model"),
     ('[1, 2]', "JSON object"),
-    ('{"method": ', "not JSON"),
+    ('{"method": ', "not valid JSON"),
 ])
 def test_bad_key_method_or_value_is_one_line_exit_2(capsys, text, named):
     code, out, err = run(capsys, *SIM, "--speculative-config", text, "--json")

@@ -60,13 +60,10 @@ class Parsed:
 
 def read_json(text: str, flag: str = FLAG) -> dict:
     """The JSON object; anything else is one line."""
-    from specsim.inputs.files import check_nesting
+    from specsim.inputs.files import loads_json
 
-    check_nesting(text, field=flag)  # the one depth bound for JSON from a user
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        raise ConfigError("not JSON", field=flag, value=text, allowed=f"a JSON object, e.g. {EXAMPLE}") from None
+    # the one reader of JSON from a user: depth-bounded, a key given twice refused (vLLM would keep the last)
+    data = loads_json(text, field=flag, allowed=f"a JSON object, e.g. {EXAMPLE}")
     if not isinstance(data, dict):
         raise ConfigError("must be a JSON object", field=flag, value=text, allowed=f"e.g. {EXAMPLE}")
     return data

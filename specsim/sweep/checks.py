@@ -49,6 +49,8 @@ def check_points(g: Grid, path: Path, where) -> dict[str, list[SimConfig]]:
             validate(values(i))
         except ValidationError as e:
             raise _point_error(e, path, where) from None
+        except ConfigError as e:
+            raise rebased(e, path, where) from None
     return reps
 
 
@@ -70,6 +72,21 @@ def _validate(g: Grid, i: int, path: Path, where) -> SimConfig:
         return g.point(i)
     except ValidationError as e:
         raise _point_error(e, path, where) from None
+    except ConfigError as e:
+        raise rebased(e, path, where) from None
+
+
+def rebased(err: ConfigError, path: Path, where) -> ConfigError:
+    """A refusal raised while a point's config was read (vLLM's speculative config is read into its fields there,
+    naming its flag: `--speculative-config.num_speculative_tokens`) as the spec file says it:
+    `grid.speculative_config.num_speculative_tokens` in the spec file; one about another file stays as it is."""
+    if err.file is not None:
+        return err
+    head, dot, rest = (err.field or "").partition(".")
+    name = head.lstrip("-").replace("-", "_")
+    if name not in FLAT_FIELDS:
+        name = _first_field_named(err.message) or name
+    return ConfigError(err.message, file=path, field=where(name) + dot + rest, value=err.value, allowed=err.allowed)
 
 
 def _point_error(err: ValidationError, path: Path, where) -> ConfigError:
