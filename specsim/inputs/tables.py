@@ -198,8 +198,9 @@ def check_rows(n: int, where, max_rows: int) -> None:
 
 # A measured time may sit below an earlier one by measurement noise: a pass (or an engine step) with more tokens,
 # rows or context does no less work, so beyond this fraction below the largest time at less work the table is
-# refused as impossible. Why 15%: the committed vLLM CPU step tables (experiments/results/vllm_cpu/, knots fitted
-# to noisy per-step logs) dip by up to 10.0% between neighbouring knots; a dip larger than that is not noise.
+# refused as impossible. Why 15%: the first harness's vLLM CPU step tables (experiments/results/vllm_cpu/ before
+# 2026-12-02, knots fitted to noisy per-step logs; in git history) dipped by up to 10.0% between neighbouring knots;
+# a dip larger than that is not noise (today's tables there are fitted monotone and do not dip).
 RISE_TOLERANCE = 0.15
 
 
