@@ -55,13 +55,13 @@ def calibrate_power(
     path = input_file(rows, "power rows CSV", field="ROWS")
     measured = read_power_rows(path, prompt_len, output_len, stack)
     check_power_physics(measured, path)
-    mine = [(i, r) for i, r in enumerate(measured, 1)
-            if pool or in_row(path, i, lambda: loader.hardware(r.gpu)).name == hw.name]
+    # every row's GPU is a known profile here: check_power_physics refused an unknown one, naming its row
+    mine = [(i, r) for i, r in enumerate(measured, 1) if pool or loader.hardware(r.gpu).name == hw.name]
     if not mine:
         raise ConfigError(f"no row of {hw.name} (gpu column: {sorted({r.gpu for r in measured})})", file=path,
                           field="gpu", allowed=f"rows of {hw.name}, or --pool to fit every row")
     parts = [in_row(path, i, lambda: row_parts(r)) for i, r in mine]
-    mine = [r for _, r in mine]
+    mine = [r for _, r in mine]  # the rows alone from here on
     fit = fit_curve(parts)
     figures = fit.figures(hw.tdp_w, hw.idle_w)
     in_err = fit.errors_pct()
@@ -99,4 +99,3 @@ def calibrate_power(
               [(r["model"], r["gpu"], r["tp"], r["batch"], r["w_per_gpu_measured"], r["w_per_gpu_predicted"],
                 r["w_err_pct"], r["j_per_token_measured"], r["j_per_token_predicted"]) for r in lomo],
               caption="J/token predicted = predicted W/GPU × TP / the row's measured tokens/s")
-

@@ -238,6 +238,7 @@ _COLUMN = {"target": "model", "--target": "model", "hardware": "gpu", "--hardwar
            "--stack": "stack"}
 
 
+
 def in_row(path, i: int, build):
     """`build()` for data row i of the CSV; a refusal names the file, the row and the column (one line)."""
     try:
@@ -248,4 +249,3 @@ def in_row(path, i: int, build):
         col = _COLUMN.get(e.field or "", e.field)
         raise ConfigError(f"data row {i}: {e.message}", file=path, field=col, value=e.value,
                           allowed=e.allowed) from None
-

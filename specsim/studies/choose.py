@@ -129,7 +129,7 @@ def choose_draft(hardware: str, target: str, drafts, *, batches=None, rates=None
         if dep.draft.architecture != arch:
             raise ConfigError("target and draft must both be decoder-only or both encoder-decoder", field="--draft",
                               value=spec.text, allowed=f"a {arch} model like the target {target}")
-    rows = [_draft_row(spec, dep, base, kind, loads, int(gamma_max), prompt_len, output_len, requests, progress)
+    rows = [_draft_row(spec, dep, base, kind, loads, int(gamma_max), requests, progress)
             for spec, dep in zip(specs, deps)]
     order = _ranked(rows)
     best = order[0]
@@ -164,7 +164,7 @@ def _checked_inputs(drafts, gamma_max, tp) -> list:
     return specs
 
 
-def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, requests, progress) -> dict:
+def _draft_row(spec, dep, base, kind, loads, gamma_max, requests, progress) -> dict:
     """One draft's points over the loads (a load that does not fit is a point marked so), bands and break-even."""
     from specsim.simulate import run_point
 
@@ -187,7 +187,7 @@ def _draft_row(spec, dep, base, kind, loads, gamma_max, prompt_len, output_len, 
     tree_vllm = schedule.vllm_tree(spec.tree, spec.tree_topk, None if spec.trace else spec.alpha)
     row["engine_configs"] = schedule.engine_configs(dict(row, draft_tp=spec.draft_tp, tree_vllm=tree_vllm),
                                                     dep.target.name, kind)
-    why = _why(dep, kind, points, spec.alpha, prompt_len)
+    why = _why(dep, kind, points, spec.alpha, base["prompt_len"])
     if why:  # only then: a dense target that wins everywhere keeps its output as it was
         row["why"] = why
     return row

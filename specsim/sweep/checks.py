@@ -50,7 +50,7 @@ def check_points(g: Grid, path: Path, where) -> dict[str, list[SimConfig]]:
         except ValidationError as e:
             raise _point_error(e, path, where) from None
         except ConfigError as e:
-            raise rebased(e, path, where) from None
+            raise _rebased(e, path, where) from None
     return reps
 
 
@@ -73,10 +73,10 @@ def _validate(g: Grid, i: int, path: Path, where) -> SimConfig:
     except ValidationError as e:
         raise _point_error(e, path, where) from None
     except ConfigError as e:
-        raise rebased(e, path, where) from None
+        raise _rebased(e, path, where) from None
 
 
-def rebased(err: ConfigError, path: Path, where) -> ConfigError:
+def _rebased(err: ConfigError, path: Path, where) -> ConfigError:
     """A refusal raised while a point's config was read (vLLM's speculative config is read into its fields there,
     naming its flag: `--speculative-config.num_speculative_tokens`) as the spec file says it:
     `grid.speculative_config.num_speculative_tokens` in the spec file; one about another file stays as it is."""
