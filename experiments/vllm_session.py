@@ -154,8 +154,52 @@ class Session:
         return outs, None, None
 
 
+class WallClock:
+    """The run's clock: wall time since it started; an idle engine sleeps until the next arrival."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def wait_until(self, t: float) -> None:
+        time.sleep(max(0.0, t - self.now()))
+
+
+class BusyClock:
+    """The lockstep protocol's clock: it runs only while this engine works on a command (`resume` .. `pause`), so
+    the time another engine's step took in between is not this run's; an idle engine jumps to the next arrival."""
+
+    def __init__(self):
+        self.busy, self.since = 0.0, None
+
+    def resume(self) -> None:
+        self.since = time.perf_counter()
+
+    def pause(self) -> None:
+        self.busy, self.since = self.now(), None
+
+    def now(self) -> float:
+        return self.busy + (time.perf_counter() - self.since if self.since is not None else 0.0)
+
+    def wait_until(self, t: float) -> None:
+        self.busy += max(0.0, t - self.now())
+
+
 def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
-    """One grid or calibration point: closed loop at pt['concurrency'] or Poisson at pt['rate']."""
+    """One grid or calibration point, on the wall clock."""
+    it = iter_point(ses, prompts, pt, seed, WallClock())
+    while True:
+        try:
+            next(it)
+        except StopIteration as stop:
+            return stop.value
+
+
+def iter_point(ses: Session, prompts: list[str], pt: dict, seed: int, clock):
+    """One grid or calibration point, closed loop at pt['concurrency'] or Poisson at pt['rate'], yielding after
+    every engine step; returns the run's record."""
     n, out_len, x = pt["requests"], pt["output_len"], pt.get("concat", 1)
     texts = [" ".join(prompts[(i * x + j) % len(prompts)] for j in range(x)) for i in range(n)]
     arr = None
@@ -169,13 +213,13 @@ def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
     p = ses.params(out_len)
     R = {"t_add": {}, "added_step": {}, "times": {}, "seen": {}, "prompt": {}, "first_step": {}, "spec": {},
          "busy": {}, "finished": set()}
-    steps, t0, nxt, done = [], time.perf_counter(), 0, 0
+    steps, nxt, done = [], 0, 0
 
     ses.points += 1
 
     def add(i):
         ses.engine.add_request(f"{i}-p{ses.points}", texts[i], p)  # unique per point; _rid reads i back
-        R["t_add"][i], R["added_step"][i], R["times"][i], R["seen"][i] = time.perf_counter() - t0, ses.nstep, [], 0
+        R["t_add"][i], R["added_step"][i], R["times"][i], R["seen"][i] = clock.now(), ses.nstep, [], 0
         R["busy"][i] = len(R["t_add"]) - 1 - len(R["finished"])  # requests in flight when it was added
         R["spec"][i] = ([], [])
 
@@ -185,17 +229,17 @@ def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
             nxt += 1
     try:
         while done < n:
-            now = time.perf_counter() - t0
+            now = clock.now()
             while arr is not None and nxt < n and arr[nxt] <= now:
                 add(nxt)
                 nxt += 1
             if not ses.engine.has_unfinished_requests():
                 if arr is None or nxt >= n:
                     raise RuntimeError(f"vllm_session: the engine idles with {n - done} requests not done")
-                time.sleep(max(0.0, float(arr[nxt]) - now))
+                clock.wait_until(float(arr[nxt]))
                 continue
             outs, srec, drafts = ses.step()
-            t_end = time.perf_counter() - t0
+            t_end = clock.now()
             if srec is not None:
                 steps.append(srec)
             for i in drafts or {}:  # every request this step scheduled: when it first joined a step
@@ -205,10 +249,11 @@ def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
                 if o.finished and arr is None and nxt < n:
                     add(nxt)
                     nxt += 1
+            yield
     finally:
         if budget_set is not None:
             ses.rec.sched.max_num_scheduled_tokens = budget_set
-    return _bench(R, n, steps, time.perf_counter() - t0, arr)
+    return _bench(R, n, steps, clock.now(), arr)
 
 
 def _collect(R: dict, o, t_end: float, drafts: dict | None, k: int) -> int:
@@ -285,21 +330,12 @@ def main(path: str) -> None:
     prompts = [p for p in Path(spec["prompts"]).read_text().splitlines() if p.strip()]
     ses = Session(spec)
     run_point(ses, prompts, {"point": "warm", "concurrency": 2, "requests": 2, "output_len": 8}, 0)
-    probe = {"session": spec["session"], "host_probe_s": host_probe_s(), "median_step_s": engine_probe(ses, prompts)}
-    cfg = dict(spec["config"], num_gpu_blocks=ses.num_gpu_blocks, engine_kwargs_dropped=ses.dropped,
-               scheduler_hooked=ses.rec.sched is not None)
+    probe = _probe(ses, prompts, spec["session"])
     print(f"[{spec['session']}] {spec['mode']}: probe host {probe['host_probe_s']:.3f} s, engine step "
-          f"{probe['median_step_s']:.3f} s; scheduler hooked {cfg['scheduler_hooked']}; dropped {ses.dropped}",
+          f"{probe['median_step_s']:.3f} s; scheduler hooked {ses.rec.sched is not None}; dropped {ses.dropped}",
           flush=True)
     for r, pt in todo:
-        d = run_point(ses, prompts, pt, seed=1000 + r)
-        c = dict(cfg, output_len=pt["output_len"], loop="closed" if "concurrency" in pt else "poisson",
-                 prompt_set=Path(spec["prompts"]).name, concat=pt.get("concat", 1))
-        c.update({k: pt[k] for k in ("concurrency", "rate") if k in pt})
-        if pt.get("budget"):  # a chunk sweep ran at this budget (if the scheduler could be reached)
-            c.update(max_num_batched_tokens=pt["budget"], budget_applied=ses.rec.sched is not None)
-        d.update(mode=spec["mode"], point=pt["point"], repeat=r, config=c, probe=probe, cpu_model=spec["cpu_model"],
-                 wall_clock=time.time(), loadavg_1min_after=os.getloadavg()[0], spec=counters(d, spec["k"]))
+        d = _record(ses, spec, run_point(ses, prompts, pt, seed=1000 + r), pt, spec["mode"], r, probe, None)
         _write(runs / f"{spec['mode']}__{pt['point']}__r{r}.json", d)
         s = vr.summarize_requests(d)
         print(f"[{spec['session']}] {spec['mode']} {pt['point']} r{r}: {s['output_throughput']:.2f} tok/s, "
@@ -309,5 +345,95 @@ def main(path: str) -> None:
     _write(out / "probes" / f"{spec['session']}.json", dict(probe, mode=spec["mode"]))
 
 
+def _probe(ses: Session, prompts: list[str], name: str) -> dict:
+    return {"session": name, "host_probe_s": host_probe_s(), "median_step_s": engine_probe(ses, prompts)}
+
+
+def _record(ses: Session, spec: dict, d: dict, pt: dict, mode: str, r: int, probe: dict, block: str | None) -> dict:
+    """The run's recorded config (the engine's knobs, the load, the point's own budget) and bookkeeping."""
+    c = dict(spec["configs"][mode] if "configs" in spec else spec["config"], num_gpu_blocks=ses.num_gpu_blocks,
+             engine_kwargs_dropped=ses.dropped, scheduler_hooked=ses.rec.sched is not None,
+             output_len=pt["output_len"], loop="closed" if "concurrency" in pt else "poisson",
+             prompt_set=Path(spec["prompts"]).name, concat=pt.get("concat", 1))
+    c.update({k: pt[k] for k in ("concurrency", "rate") if k in pt})
+    if pt.get("budget"):  # a chunk sweep ran at this budget (if the scheduler could be reached)
+        c.update(max_num_batched_tokens=pt["budget"], budget_applied=ses.rec.sched is not None)
+    d.update(mode=mode, point=pt["point"], repeat=r, config=c, probe=probe, cpu_model=spec["cpu_model"],
+             wall_clock=time.time(), loadavg_1min_after=os.getloadavg()[0], spec=counters(d, spec["k"]))
+    if block is not None:
+        d["block"] = block
+    return d
+
+
+class Server:
+    """A resident engine that runs the points the harness sends, one JSON line each on stdin, and answers each with
+    one JSON line on the original stdout (vLLM's own output goes to stderr, the session's log). Resident engines let
+    the harness interleave plain, speculative and calibration points minutes apart (experiments/vllm_blocks.py), or
+    step two engines in turns (lockstep: each run on its own busy clock, so both see the host at the same moments).
+    Commands: {"op": "probe", "name": N} | {"op": "run", "mode": M, "point": {...}, "repeat": R, "block": B,
+    "file": F} | {"op": "begin", ...as run} then {"op": "step"} until it answers done | {"op": "quit"}."""
+
+    def __init__(self, path: str):
+        self.spec = json.loads(Path(path).read_text())
+        self.reply = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)  # print() and vLLM's handlers now write to the log
+        sys.stdout = sys.stderr
+        self.prompts = [p for p in Path(self.spec["prompts"]).read_text().splitlines() if p.strip()]
+        self.ses = Session(self.spec)
+        run_point(self.ses, self.prompts, {"point": "warm", "concurrency": 2, "requests": 2, "output_len": 8}, 0)
+        self.probe: dict = {}
+        self.cur = None
+        self.answer({"ready": True, "num_gpu_blocks": self.ses.num_gpu_blocks, "hooked": self.ses.rec.sched is not None})
+
+    def answer(self, obj: dict) -> None:
+        self.reply.write(json.dumps(obj) + "\n")
+
+    def finish(self, cmd: dict, d: dict, clock: str) -> None:
+        pt, r = cmd["point"], cmd["repeat"]
+        d = _record(self.ses, self.spec, d, pt, cmd["mode"], r, self.probe, cmd.get("block"))
+        d["config"]["clock"] = clock
+        _write(Path(cmd["file"]), d)
+        s = vr.summarize_requests(d)
+        print(f"[{cmd.get('block')}] {cmd['mode']} {pt['point']} r{r} ({clock}): {s['output_throughput']:.2f} tok/s, "
+              f"{len(d['steps'])} steps", flush=True)
+        self.answer({"ok": cmd["file"], "done": True, "tok_s": s["output_throughput"], "steps": len(d["steps"])})
+
+    def step(self) -> None:
+        cmd, it, clock = self.cur
+        clock.resume()
+        try:
+            next(it)
+        except StopIteration as stop:
+            clock.pause()
+            self.cur = None
+            self.finish(cmd, stop.value, "busy (lockstep)")
+            return
+        clock.pause()
+        self.answer({"done": False})
+
+    def loop(self) -> None:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            op = cmd["op"]
+            if op == "quit":
+                break
+            if op == "probe":
+                self.probe = _probe(self.ses, self.prompts, cmd["name"])
+                (Path(self.spec["out"]) / "probes").mkdir(exist_ok=True)
+                _write(Path(self.spec["out"]) / "probes" / f"{cmd['name']}.json", dict(self.probe, mode=self.spec["mode"]))
+                self.answer(self.probe)
+            elif op == "run":
+                self.finish(cmd, run_point(self.ses, self.prompts, cmd["point"], 1000 + cmd["repeat"]), "wall")
+            elif op == "begin":
+                clock = BusyClock()
+                self.cur = (cmd, iter_point(self.ses, self.prompts, cmd["point"], 1000 + cmd["repeat"], clock), clock)
+                self.answer({"begun": True})
+            elif op == "step":
+                self.step()
+
+
 if __name__ == "__main__":  # vLLM starts workers with spawn: the entry point must be guarded
-    main(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        Server(sys.argv[2]).loop()
+    else:
+        main(sys.argv[1])

@@ -279,23 +279,58 @@ def test_analyze_flags_a_point_predicted_outside_the_calibration(tmp_path):
     assert "outside the measured range" in (tmp_path / "vllm_cpu.md").read_text()
 
 
+def test_block_runs_are_priced_by_their_own_blocks_calibration(tmp_path):
+    """The block protocol: a run is paired with the plain run of its block and priced by the tables fitted on that
+    block's calibration; a host twice as slow in the second block doubles its predicted times, not the speedup."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cal = json.loads((FIX / "offline_cal_run.json").read_text())
+    spec = _spec()
+    for i, slow in enumerate((1.0, 2.0)):
+        b = f"r{i}-draft-k3"
+        for name, r0, scale in (("cal-target", cal, slow), ("cal-draft", cal, 0.4 * slow), ("plain", _plain(spec), 1),
+                                ("draft-k3", spec, 1)):
+            r = copy.deepcopy(r0)
+            r.update(mode=name, block=b, repeat=i)
+            for st in r["steps"]:
+                st["time_s"] *= scale
+            (runs / f"{name}__{r['point']}__{b}.json").write_text(json.dumps(r))
+    res = va.analyze(tmp_path)
+    rows = sorted(res["rows"], key=lambda r: r["repeat"])
+    assert [r["repeat"] for r in rows] == [0, 1]
+    assert rows[1]["pred_plain_tpot_p50_s"] == pytest.approx(2 * rows[0]["pred_plain_tpot_p50_s"], rel=1e-9)
+    assert rows[1]["pred_speedup_throughput"] == pytest.approx(rows[0]["pred_speedup_throughput"], rel=1e-9)
+    assert set(res["block_tables"]) == {"r0-draft-k3", "r1-draft-k3"} and "pooled" in res
+    assert (tmp_path / "step_tables" / "r1-draft-k3_target.csv").exists()
+
+
 def test_the_protocol_calibrates_the_range_its_grid_needs():
     vc = pytest.importorskip("vllm_cpu")
     from specsim.validation import step_fit as sf
-    counts = np.array(sorted(set(vc.CAL_CONCURRENCY) | set(vc.CAL_CHUNKS)), float)
+    vb = pytest.importorskip("vllm_blocks")
+    counts = np.array(sorted(set(vc.CAL_CONCURRENCY) | set(vb.CAL_CHUNKS)), float)
     assert sf.covered(counts).all()  # no gap the fit would flag between the calibration's own step sizes
     assert max(vc.CAL_CONCURRENCY) >= max(vc.CLOSED) * (max(vc.KS) + 1)  # a batch-8 verification at k = 5
-    assert min(vc.CAL_CHUNKS) <= 2 and max(vc.CAL_CHUNKS) >= 32
+    assert min(vb.CAL_CHUNKS) <= 2 and max(vb.CAL_CHUNKS) >= 32
     assert vc.OUTPUT_LEN >= 96 and len(vc.RATES) == 3 and set(vc.KS) == {2, 3, 5}
     grid = vc.grid_points(vc.OUTPUT_LEN)
     assert [p["concurrency"] for p in grid if "concurrency" in p] == [1, 2, 4, 8]
-    names = ["plain", "draft-k3", "ngram-k3"]
-    plan = vc.sessions(3, names)
-    assert plan[0][0] == "cal-target" and plan[-1][0] == "cal-target"
-    flat = [(m, r) for m, reps in plan for r in reps if not m.startswith("cal")]
-    for r in range(3):  # ABBA: plain first in even repeats, last in odd ones
-        order = [m for m, rr in flat if rr == r]
-        assert order == (names if r % 2 == 0 else names[::-1])
+    names = ["draft-k2", "draft-k3", "draft-k5"]
+    plan = vb.block_plan(3, names)
+    for r in range(3):  # ABBA over repeats
+        assert [m for rr, m in plan if rr == r] == (names if r % 2 == 0 else names[::-1])
+    for r, mode in plan[:2]:
+        k = vc.modes()[mode]["k"]
+        seq = vb.block_sequence(r, mode, k, grid)
+        pairs = [(a, b) for a, b in zip(seq, seq[1:]) if {a[1], b[1]} == {"plain", mode} and a[2] is b[2]]
+        assert [a[2]["point"] for a, _ in pairs] == [p["point"] for p in grid]  # each point back to back
+        assert [a[1] for a, _ in pairs][:2] == (["plain", mode] if r % 2 == 0 else [mode, "plain"])
+        for model in ("cal-target", "cal-draft"):  # the block's own calibration: no speculation, the range it needs
+            cal = [p for _, m, p in seq if m == model]
+            dec = [p["concurrency"] for p in cal if "budget" not in p]
+            assert max(dec) >= max(vc.CLOSED) * (k + 1) and min(dec) == 1
+            assert sf.covered(np.array(sorted(set(dec) | {p["budget"] for p in cal if "budget" in p}), float)).all()
+            assert all(vc.modes()[model]["spec"] is None for _ in cal)
     for name in ("plain", "draft-k2", "cal-draft"):
         m = vc.modes()[name]
         cfg = vc.run_config(name, m)

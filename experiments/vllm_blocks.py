@@ -1,0 +1,180 @@
+"""The block protocol (issue 24, take three): resident engines, plain / speculative / calibration points minutes apart.
+
+    .venv/bin/python experiments/vllm_cpu.py measure     # runs this (resumable: a point is one file)
+
+Why: on this 2-vCPU virtual machine the same one-request decode step took 0.070 s in one session and 0.120 s in
+another (experiments/results/vllm_cpu of 2026-12-02 11:41-13:48, docs/validation.md), so sessions of one mode
+tens of minutes apart measured the host as much as the engine. Here three engines stay loaded, each in its own
+process (experiments/vllm_session.py --serve, the offline engine, one at a time busy): the target alone (P: the
+plain points and the target's calibration), the draft alone (D: the draft's calibration) and one speculative
+engine (S, reloaded per block). A block is one speculative variant in one repeat:
+- probes of all three engines first and last (host loop + one fixed request; reported, never used to correct);
+- every grid point measured plain and speculative back to back, the order alternating point by point (ABBA);
+- the block's own calibration of both models spread between those pairs: decodes at concurrency 1 .. 8 x (k + 1)
+  (the verification steps' token counts), prefill chunks of 2 .. 192 tokens (the scheduler's budget lowered at
+  run time), each model served alone without speculation.
+With --lockstep a grid point's plain and speculative runs go in turns, one engine step each (`lockstep`), each on
+its own busy clock (vllm_session.BusyClock: time passes only while its engine works; an idle engine jumps to the
+next arrival), so both runs see the host at the same moments, steps apart rather than a minute.
+The analysis pairs each speculative run with the plain run of its block and prices both with the tables fitted on
+that block's calibration (and, beside it, with one table pooled over every block).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import vllm_cpu as vc  # experiments/vllm_cpu.py: the constants, modes and engine arguments
+
+# per block: decode calibration as short as keeps its KV context over the grid's (4 prompts joined: ~72 tokens,
+# then 32 outputs: contexts ~72-104 per request against the grid's 18-114), so a block's calibration takes minutes
+CAL_DEC_OUTPUT, CAL_DEC_CONCAT = 32, 4
+CAL_CHUNKS = (2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192)
+
+
+def block_plan(repeats: int, variants: list[str]) -> list[tuple[int, str]]:
+    """(repeat, speculative mode) in ABBA order over repeats."""
+    return [(r, m) for r in range(repeats) for m in (variants if r % 2 == 0 else variants[::-1])]
+
+
+def block_name(r: int, mode: str) -> str:
+    return f"r{r}-{mode}"
+
+
+def calibration(k: int) -> list[dict]:
+    """One block's calibration points for one model: decodes up to the block's largest verification."""
+    need = max(vc.CLOSED) * (k + 1)
+    dec = [{"point": f"cal-dec{c}", "concurrency": c, "requests": c, "output_len": CAL_DEC_OUTPUT,
+            "concat": CAL_DEC_CONCAT} for c in vc.CAL_CONCURRENCY if c <= need]
+    chunk = [{"point": f"cal-chunk{b}", "concurrency": 1, "requests": 1, "output_len": 2, "budget": b,
+              "concat": max(1, min(vc.MAX_CONCAT, -(-2 * b // vc.MEAN_PROMPT_TOKENS)))} for b in CAL_CHUNKS]
+    return dec + chunk
+
+
+def _spread(items: list, slots: int) -> list[list]:
+    """Items in an order that mixes sizes (every other from each end), cut into `slots` nearly equal parts."""
+    mixed, lo, hi = [], 0, len(items) - 1
+    while lo <= hi:
+        mixed.append(items[lo])
+        if hi != lo:
+            mixed.append(items[hi])
+        lo, hi = lo + 1, hi - 1
+    return [mixed[i * len(mixed) // slots:(i + 1) * len(mixed) // slots] for i in range(slots)]
+
+
+def block_sequence(r: int, mode: str, k: int, grid: list[dict]) -> list[tuple[str, str, dict]]:
+    """(engine role, mode, point) in the order a block runs them."""
+    pts = calibration(k)
+    dec = [p for p in pts if "budget" not in p]
+    dec = [dec[j] for j in sorted(range(len(dec)), key=lambda j: (j * 7) % len(dec))]  # sizes mixed over the block
+    pts = dec + [p for p in pts if "budget" in p]
+    cal = [("P", "cal-target", p) for p in pts] + [("D", "cal-draft", p) for p in pts]
+    cal = [x for pair in zip(cal[:len(cal) // 2], cal[len(cal) // 2:]) for x in pair]  # target, draft, target...
+    seq = []
+    for i, (pt, extra) in enumerate(zip(grid, _spread(cal, len(grid)))):
+        pair = [("P", "plain", pt), ("S", mode, pt)]
+        seq += (pair if (i + r) % 2 == 0 else pair[::-1]) + extra
+    return seq
+
+
+class Engine:
+    """One resident vllm_session.py --serve process."""
+
+    def __init__(self, a, out: Path, role: str, mode_names: list[str], served: str):
+        modes = vc.modes()
+        m = modes[served]
+        spec = {"session": role, "mode": served, "k": m["k"], "engine": vc.engine_kwargs(m),
+                "configs": {n: vc.run_config(n, modes[n]) for n in mode_names}, "out": str(out),
+                "prompts": str(vc.PROMPTS), "cpu_model": vc.cpu_model()}
+        (out / "sessions").mkdir(parents=True, exist_ok=True)
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        sp = out / "sessions" / f"{role}_{served}.json"
+        sp.write_text(json.dumps(spec, indent=1))
+        self.log = open(out / "logs" / f"{role}_{served}.log", "ab")
+        self.name = f"{role}:{served}"
+        self.p = subprocess.Popen([a.vllm_python, str(vc.ROOT / "experiments" / "vllm_session.py"), "--serve",
+                                   str(sp)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                  env=vc._env(kv_gb=1), cwd=vc.ROOT, text=True, bufsize=1)
+        self.ready = self._answer()
+
+    def _answer(self) -> dict:
+        line = self.p.stdout.readline()
+        if not line:
+            raise SystemExit(f"vllm_blocks: engine {self.name} exited ({self.p.wait()}); see {self.log.name}")
+        return json.loads(line)
+
+    def ask(self, cmd: dict) -> dict:
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        try:
+            self.ask({"op": "quit"})
+        except (SystemExit, BrokenPipeError, json.JSONDecodeError):
+            pass
+        self.p.wait(timeout=120)
+        self.log.close()
+
+
+def lockstep(pairs: list[tuple[Engine, dict]]) -> list[dict]:
+    """Run points on several engines in turns, one engine step each (vllm_session.py's busy clock: each run's time
+    is its own steps' time), so a plain and a speculative run see the host at the same moments."""
+    for e, cmd in pairs:
+        e.ask(dict(cmd, op="begin"))
+    done: dict[int, dict] = {}
+    while len(done) < len(pairs):
+        for j, (e, _) in enumerate(pairs):
+            if j not in done:
+                ans = e.ask({"op": "step"})
+                if ans.get("done"):
+                    done[j] = ans
+    return [done[j] for j in range(len(pairs))]
+
+
+def run_file(out: Path, mode: str, point: str, block: str) -> Path:
+    return out / "runs" / f"{mode}__{point}__{block}.json"
+
+
+def measure(a, out: Path, variants: list[str]) -> None:
+    grid = vc.grid_points(a.output_len, a.rates)
+    resident: dict[str, Engine] = {}
+    plan = block_plan(a.repeats, variants)
+    try:
+        for i, (r, mode) in enumerate(plan):
+            k, b = vc.modes()[mode]["k"], block_name(r, mode)
+            seq = [(role, m, pt) for role, m, pt in block_sequence(r, mode, k, grid)
+                   if not run_file(out, m, pt["point"], b).exists()]
+            if not seq:
+                continue
+            print(f"[{i + 1}/{len(plan)}] block {b}: {len(seq)} points", flush=True)
+            if "P" not in resident:
+                resident["P"] = Engine(a, out, "P", ["plain", "cal-target"], "plain")
+            if "D" not in resident:
+                resident["D"] = Engine(a, out, "D", ["cal-draft"], "cal-draft")
+            resident["S"] = Engine(a, out, "S", [mode], mode)
+            roles = ("P", "D", "S")
+            for role in roles:
+                resident[role].ask({"op": "probe", "name": f"{b}_{role}_before"})
+            i = 0
+            while i < len(seq):
+                role, m, pt = seq[i]
+                cmd = {"mode": m, "point": pt, "repeat": r, "block": b, "file": str(run_file(out, m, pt["point"], b))}
+                if a.lockstep and i + 1 < len(seq) and seq[i + 1][2] is pt and {m, seq[i + 1][1]} == {"plain", mode}:
+                    r2, m2, _ = seq[i + 1]
+                    cmd2 = dict(cmd, mode=m2, file=str(run_file(out, m2, pt["point"], b)))
+                    ans = lockstep([(resident[role], cmd), (resident[r2], cmd2)])
+                    i += 2
+                else:
+                    ans = [resident[role].ask(dict(cmd, op="run"))]
+                    i += 1
+                for x in ans:
+                    print(f"  {x['ok'].split('/')[-1]}: {x.get('tok_s', 0):.1f} tok/s, {x.get('steps')} steps", flush=True)
+            for role in roles:
+                resident[role].ask({"op": "probe", "name": f"{b}_{role}_after"})
+            resident.pop("S").close()
+    finally:
+        for e in resident.values():
+            e.p.kill()
