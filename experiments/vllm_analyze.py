@@ -292,7 +292,12 @@ def analyze(out: Path) -> dict:
     rows, points = _scored(out, runs, lambda r: tabs.get(r.get("block"), (tt, td)))
     res = _summary(points, runs, tt, td)
     if tabs:
-        res["pooled"] = _summary(_scored(out, runs, lambda r: (tt, td))[1], runs, tt, td)
+        pooled = _scored(out, runs, lambda r: (tt, td))[1]
+        res["pooled"] = _summary(pooled, runs, tt, td)
+        by = {(q["variant"], q["loop"], q["x"]): q for q in pooled}
+        for p in points:  # the pooled table's prediction beside the block-matched one (the plot draws both)
+            q = by[(p["variant"], p["loop"], p["x"])]
+            p.update({f"pooled_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
         res["block_tables"] = {b: {"target": _table_info(a), "draft": _table_info(c)} for b, (a, c) in tabs.items()}
     res.update(points=points, rows=rows, probes=_probes(runs, out),
                tables={"target": _table_info(tt), "draft": _table_info(td)},

@@ -13,8 +13,8 @@ engine (S, reloaded per block). A block is one speculative variant in one repeat
 - the block's own calibration of both models spread between those pairs: decodes at concurrency 1 .. 8 x (k + 1)
   (the verification steps' token counts), prefill chunks of 2 .. 192 tokens (the scheduler's budget lowered at
   run time), each model served alone without speculation.
-With --lockstep a grid point's plain and speculative runs go in turns, one engine step each (`lockstep`), each on
-its own busy clock (vllm_session.BusyClock: time passes only while its engine works; an idle engine jumps to the
+With --lockstep a grid point's plain and speculative runs go in turns, one engine step at a time to the run whose
+clock is behind (`lockstep`), each on its own busy clock (vllm_session.BusyClock: time passes only while its engine works; an idle engine jumps to the
 next arrival), so both runs see the host at the same moments, steps apart rather than a minute.
 The analysis pairs each speculative run with the plain run of its block and prices both with the tables fitted on
 that block's calibration (and, beside it, with one table pooled over every block).
@@ -120,17 +120,20 @@ class Engine:
 
 
 def lockstep(pairs: list[tuple[Engine, dict]]) -> list[dict]:
-    """Run points on several engines in turns, one engine step each (vllm_session.py's busy clock: each run's time
-    is its own steps' time), so a plain and a speculative run see the host at the same moments."""
+    """Run points on several engines in turns, one engine step at a time, each run on its own busy clock
+    (vllm_session.BusyClock): the next step goes to the engine whose clock is furthest behind, so the runs move
+    through their own time together and see the host at the same moments, start to end."""
     for e, cmd in pairs:
         e.ask(dict(cmd, op="begin"))
     done: dict[int, dict] = {}
+    t = [0.0] * len(pairs)
     while len(done) < len(pairs):
-        for j, (e, _) in enumerate(pairs):
-            if j not in done:
-                ans = e.ask({"op": "step"})
-                if ans.get("done"):
-                    done[j] = ans
+        j = min((j for j in range(len(pairs)) if j not in done), key=lambda j: (t[j], j))
+        ans = pairs[j][0].ask({"op": "step"})
+        if ans.get("done"):
+            done[j] = ans
+        else:
+            t[j] = float(ans.get("t", t[j]))
     return [done[j] for j in range(len(pairs))]
 
 

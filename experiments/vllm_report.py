@@ -37,6 +37,9 @@ def plot(out: Path, res: dict) -> Path:
                 c = f"C{i}"
                 ax.errorbar(x, med, yerr=err, fmt="o", color=c, capsize=3, label=f"{v} measured (min-max)")
                 ax.plot(x, [p[f"pred_{key}"] for p in ps], "-x", color=c, label=f"{v} predicted")
+                if f"pooled_pred_{key}" in ps[0]:
+                    ax.plot(x, [p[f"pooled_pred_{key}"] for p in ps], ":", color=c, alpha=0.7,
+                            label=f"{v} predicted, one pooled table")
                 flagged = [p for p in ps if p["unmeasured_steps"]]
                 if flagged:
                     ax.plot([p["x"] for p in flagged], [p[f"pred_{key}"] for p in flagged], "s", mfc="none",
@@ -163,15 +166,17 @@ def report(out: Path, res: dict) -> Path:
     L = _head(out, res)
     L += ["", "![measured vs predicted](vllm_cpu.png)", "",
           "| variant | point | repeats | measured speedup (thr), median [min, max] | predicted | err | measured "
-          "speedup (TPOT) [min, max] | predicted | err | unmeasured steps |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "speedup (TPOT) [min, max] | predicted | err | pooled table: err thr / TPOT | unmeasured steps |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in pts:
         L.append(f"| {p['variant']} | {p['point']} | {p['repeats']} | {p['meas_speedup_throughput']:.3f} "
                  f"[{p['meas_speedup_throughput_min']:.3f}, {p['meas_speedup_throughput_max']:.3f}] | "
                  f"{p['pred_speedup_throughput']:.3f} | {_pct(p['err_speedup_throughput'])} | "
                  f"{p['meas_speedup_tpot']:.3f} [{p['meas_speedup_tpot_min']:.3f}, {p['meas_speedup_tpot_max']:.3f}]"
                  f" | {p['pred_speedup_tpot']:.3f} | {_pct(p['err_speedup_tpot'])} | "
-                 f"{p['unmeasured_steps']} of {p['priced_steps']} |")
+                 + (f"{_pct(p['pooled_err_speedup_throughput'])} / {_pct(p['pooled_err_speedup_tpot'])}"
+                    if "pooled_err_speedup_tpot" in p else "—")
+                 + f" | {p['unmeasured_steps']} of {p['priced_steps']} |")
     L += ["", "TTFT p50 and TPOT p50 per mode (seconds; measured median over repeats [min, max] → predicted, error):",
           "", "| variant | point | plain TTFT | plain TPOT | spec TTFT | spec TPOT |", "|---|---|---|---|---|---|"]
     for p in pts:

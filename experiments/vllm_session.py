@@ -409,7 +409,7 @@ class Server:
             self.finish(cmd, stop.value, "busy (lockstep)")
             return
         clock.pause()
-        self.answer({"done": False})
+        self.answer({"done": False, "t": clock.busy})
 
     def loop(self) -> None:
         for line in sys.stdin:

@@ -79,19 +79,25 @@ def test_an_idle_engine_jumps_to_the_next_arrival():
 
 
 class _Fake:
-    def __init__(self, name, steps, log):
-        self.name, self.left, self.log = name, steps, log
+    """An engine whose every step takes `step_s` of its own clock, done after `steps`."""
+
+    def __init__(self, name, steps, step_s, log):
+        self.name, self.left, self.step_s, self.t, self.log = name, steps, step_s, 0.0, log
 
     def ask(self, cmd):
         self.log.append((self.name, cmd["op"]))
         if cmd["op"] == "step":
             self.left -= 1
-            return {"done": True, "ok": self.name} if self.left == 0 else {"done": False}
+            self.t += self.step_s
+            return {"done": True, "ok": self.name} if self.left == 0 else {"done": False, "t": self.t}
         return {"begun": True}
 
 
-def test_lockstep_steps_the_engines_in_turns_until_both_are_done():
+def test_lockstep_steps_the_run_whose_clock_is_behind():
+    """Plain steps of 0.125 s against speculative steps of 0.375 s: three plain steps per speculative one, so both
+    runs cover their own time together."""
     log: list = []
-    ans = vb.lockstep([(_Fake("P", 3, log), {}), (_Fake("S", 1, log), {})])
+    ans = vb.lockstep([(_Fake("P", 6, 0.125, log), {}), (_Fake("S", 2, 0.375, log), {})])
     assert [a["ok"] for a in ans] == ["P", "S"]
-    assert log == [("P", "begin"), ("S", "begin"), ("P", "step"), ("S", "step"), ("P", "step"), ("P", "step")]
+    steps = "".join(n for n, op in log if op == "step")
+    assert log[:2] == [("P", "begin"), ("S", "begin")] and steps == "PSPPPSPP"
