@@ -5,7 +5,7 @@
 Why: on this 2-vCPU virtual machine the same one-request decode step took 0.070 s in one session and 0.120 s in
 another (experiments/results/vllm_cpu of 2026-12-02 11:41-13:48, docs/validation.md), so sessions of one mode
 tens of minutes apart measured the host as much as the engine. Here three engines stay loaded, each in its own
-process (experiments/vllm_session.py --serve, the offline engine, one at a time busy): the target alone (P: the
+process (experiments/vllm_serve.py, the offline engine, one at a time busy): the target alone (P: the
 plain points and the target's calibration), the draft alone (D: the draft's calibration) and one speculative
 engine (S, reloaded per block). A block is one speculative variant in one repeat:
 - probes of all three engines first and last (host loop + one fixed request; reported, never used to correct);
@@ -14,8 +14,9 @@ engine (S, reloaded per block). A block is one speculative variant in one repeat
   (the verification steps' token counts), prefill chunks of 2 .. 192 tokens (the scheduler's budget lowered at
   run time), each model served alone without speculation.
 With --lockstep a grid point's plain and speculative runs go in turns, one engine step at a time to the run whose
-clock is behind (`lockstep`), each on its own busy clock (vllm_session.BusyClock: time passes only while its engine works; an idle engine jumps to the
-next arrival), so both runs see the host at the same moments, steps apart rather than a minute.
+clock is behind (`lockstep`), each on its own busy clock (vllm_serve.BusyClock: time passes only while its engine
+works; an idle engine jumps to the next arrival), so both runs see the host at the same moments, steps apart
+rather than a minute.
 The analysis pairs each speculative run with the plain run of its block and prices both with the tables fitted on
 that block's calibration (and, beside it, with one table pooled over every block).
 """
@@ -80,7 +81,7 @@ def block_sequence(r: int, mode: str, k: int, grid: list[dict]) -> list[tuple[st
 
 
 class Engine:
-    """One resident vllm_session.py --serve process."""
+    """One resident vllm_serve.py process."""
 
     def __init__(self, a, out: Path, role: str, mode_names: list[str], served: str):
         modes = vc.modes()
@@ -94,8 +95,8 @@ class Engine:
         sp.write_text(json.dumps(spec, indent=1))
         self.log = open(out / "logs" / f"{role}_{served}.log", "ab")
         self.name = f"{role}:{served}"
-        self.p = subprocess.Popen([a.vllm_python, str(vc.ROOT / "experiments" / "vllm_session.py"), "--serve",
-                                   str(sp)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+        self.p = subprocess.Popen([a.vllm_python, str(vc.ROOT / "experiments" / "vllm_serve.py"), str(sp)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                   env=vc._env(kv_gb=1), cwd=vc.ROOT, text=True, bufsize=1)
         self.ready = self._answer()
 
@@ -121,7 +122,7 @@ class Engine:
 
 def lockstep(pairs: list[tuple[Engine, dict]]) -> list[dict]:
     """Run points on several engines in turns, one engine step at a time, each run on its own busy clock
-    (vllm_session.BusyClock): the next step goes to the engine whose clock is furthest behind, so the runs move
+    (vllm_serve.BusyClock): the next step goes to the engine whose clock is furthest behind, so the runs move
     through their own time together and see the host at the same moments, start to end."""
     for e, cmd in pairs:
         e.ask(dict(cmd, op="begin"))

@@ -12,7 +12,7 @@ Models: `specsim models fetch qwen2.5-coder-1.5b-instruct --cache .specsim-cache
 Protocol (issue 24; the block protocol, experiments/vllm_blocks.py, since the session protocol of the first
 campaign measured the host's drift as much as the engine: one 1-request decode took 0.070 s in one session, 0.120 s
 in another):
-- engines: three resident offline engines, each ONE process (experiments/vllm_session.py --serve, no API server),
+- engines: three resident offline engines, each ONE process (experiments/vllm_serve.py, no API server),
   one busy at a time: the 1.5B target alone (plain points and the target's calibration), the 0.5B draft alone (the
   draft's calibration) and one speculative engine (draft_model k = 2, 3, 5; ngram-k3 with --variants), reloaded per
   block.

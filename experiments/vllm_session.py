@@ -155,7 +155,8 @@ class Session:
 
 
 class WallClock:
-    """The run's clock: wall time since it started; an idle engine sleeps until the next arrival."""
+    """The run's clock: wall time since it started; an idle engine sleeps until the next arrival (the lockstep
+    protocol's busy clock is experiments/vllm_serve.py's BusyClock)."""
 
     def __init__(self):
         self.t0 = time.perf_counter()
@@ -165,26 +166,6 @@ class WallClock:
 
     def wait_until(self, t: float) -> None:
         time.sleep(max(0.0, t - self.now()))
-
-
-class BusyClock:
-    """The lockstep protocol's clock: it runs only while this engine works on a command (`resume` .. `pause`), so
-    the time another engine's step took in between is not this run's; an idle engine jumps to the next arrival."""
-
-    def __init__(self):
-        self.busy, self.since = 0.0, None
-
-    def resume(self) -> None:
-        self.since = time.perf_counter()
-
-    def pause(self) -> None:
-        self.busy, self.since = self.now(), None
-
-    def now(self) -> float:
-        return self.busy + (time.perf_counter() - self.since if self.since is not None else 0.0)
-
-    def wait_until(self, t: float) -> None:
-        self.busy += max(0.0, t - self.now())
 
 
 def run_point(ses: Session, prompts: list[str], pt: dict, seed: int) -> dict:
@@ -365,75 +346,5 @@ def _record(ses: Session, spec: dict, d: dict, pt: dict, mode: str, r: int, prob
     return d
 
 
-class Server:
-    """A resident engine that runs the points the harness sends, one JSON line each on stdin, and answers each with
-    one JSON line on the original stdout (vLLM's own output goes to stderr, the session's log). Resident engines let
-    the harness interleave plain, speculative and calibration points minutes apart (experiments/vllm_blocks.py), or
-    step two engines in turns (lockstep: each run on its own busy clock, so both see the host at the same moments).
-    Commands: {"op": "probe", "name": N} | {"op": "run", "mode": M, "point": {...}, "repeat": R, "block": B,
-    "file": F} | {"op": "begin", ...as run} then {"op": "step"} until it answers done | {"op": "quit"}."""
-
-    def __init__(self, path: str):
-        self.spec = json.loads(Path(path).read_text())
-        self.reply = os.fdopen(os.dup(1), "w", buffering=1)
-        os.dup2(2, 1)  # print() and vLLM's handlers now write to the log
-        sys.stdout = sys.stderr
-        self.prompts = [p for p in Path(self.spec["prompts"]).read_text().splitlines() if p.strip()]
-        self.ses = Session(self.spec)
-        run_point(self.ses, self.prompts, {"point": "warm", "concurrency": 2, "requests": 2, "output_len": 8}, 0)
-        self.probe: dict = {}
-        self.cur = None
-        self.answer({"ready": True, "num_gpu_blocks": self.ses.num_gpu_blocks, "hooked": self.ses.rec.sched is not None})
-
-    def answer(self, obj: dict) -> None:
-        self.reply.write(json.dumps(obj) + "\n")
-
-    def finish(self, cmd: dict, d: dict, clock: str) -> None:
-        pt, r = cmd["point"], cmd["repeat"]
-        d = _record(self.ses, self.spec, d, pt, cmd["mode"], r, self.probe, cmd.get("block"))
-        d["config"]["clock"] = clock
-        _write(Path(cmd["file"]), d)
-        s = vr.summarize_requests(d)
-        print(f"[{cmd.get('block')}] {cmd['mode']} {pt['point']} r{r} ({clock}): {s['output_throughput']:.2f} tok/s, "
-              f"{len(d['steps'])} steps", flush=True)
-        self.answer({"ok": cmd["file"], "done": True, "tok_s": s["output_throughput"], "steps": len(d["steps"])})
-
-    def step(self) -> None:
-        cmd, it, clock = self.cur
-        clock.resume()
-        try:
-            next(it)
-        except StopIteration as stop:
-            clock.pause()
-            self.cur = None
-            self.finish(cmd, stop.value, "busy (lockstep)")
-            return
-        clock.pause()
-        self.answer({"done": False, "t": clock.busy})
-
-    def loop(self) -> None:
-        for line in sys.stdin:
-            cmd = json.loads(line)
-            op = cmd["op"]
-            if op == "quit":
-                break
-            if op == "probe":
-                self.probe = _probe(self.ses, self.prompts, cmd["name"])
-                (Path(self.spec["out"]) / "probes").mkdir(exist_ok=True)
-                _write(Path(self.spec["out"]) / "probes" / f"{cmd['name']}.json", dict(self.probe, mode=self.spec["mode"]))
-                self.answer(self.probe)
-            elif op == "run":
-                self.finish(cmd, run_point(self.ses, self.prompts, cmd["point"], 1000 + cmd["repeat"]), "wall")
-            elif op == "begin":
-                clock = BusyClock()
-                self.cur = (cmd, iter_point(self.ses, self.prompts, cmd["point"], 1000 + cmd["repeat"], clock), clock)
-                self.answer({"begun": True})
-            elif op == "step":
-                self.step()
-
-
 if __name__ == "__main__":  # vLLM starts workers with spawn: the entry point must be guarded
-    if sys.argv[1] == "--serve":
-        Server(sys.argv[2]).loop()
-    else:
-        main(sys.argv[1])
+    main(sys.argv[1])

@@ -1,4 +1,4 @@
-"""The lockstep protocol (experiments/vllm_blocks.py --lockstep, vllm_session.py's busy clock): two engines step in
+"""The lockstep protocol (experiments/vllm_blocks.py --lockstep, vllm_serve.py's busy clock): two engines step in
 turns, and each run's clock counts only its own engine's work, so time the other engine took is nobody's."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 vs = pytest.importorskip("vllm_session")
+vsv = pytest.importorskip("vllm_serve")
 vb = pytest.importorskip("vllm_blocks")
 
 
@@ -64,14 +65,14 @@ def _drain(it, clock, pause_s):
 
 def test_the_busy_clock_leaves_out_the_other_engines_time():
     pt = {"point": "c2", "concurrency": 2, "requests": 3, "output_len": 4}
-    clock = vs.BusyClock()
+    clock = vsv.BusyClock()
     d = _drain(vs.iter_point(_session(), ["a", "b"], pt, 0, clock), clock, 0.02)
     assert d["output_lens"] == [4, 4, 4] and d["duration"] < 0.02  # 8 steps of ~0.02 s waited, none counted
 
 
 def test_an_idle_engine_jumps_to_the_next_arrival():
     pt = {"point": "r", "rate": 2.0, "requests": 3, "output_len": 4}
-    clock = vs.BusyClock()
+    clock = vsv.BusyClock()
     d = _drain(vs.iter_point(_session(), ["a"], pt, 0, clock), clock, 0.0)
     arr = d["start_times"]
     assert d["duration"] >= arr[-1] and d["duration"] < arr[-1] + 0.5  # jumped, not slept
