@@ -168,11 +168,15 @@ def cmd_measure(a) -> None:
     mp = out / "measurement.json"
     meta = json.loads(mp.read_text()) if mp.exists() else {}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    meta.update(cpu_model=cpu_model(), cores=os.cpu_count(), vllm_version=_versions(a.vllm_python),
-                command="experiments/vllm_cpu.py " + " ".join(sys.argv[1:]), protocol="blocks (experiments/vllm_blocks.py)" + (
+    cmd = "experiments/vllm_cpu.py " + " ".join(sys.argv[1:])
+    cmds = meta.get("commands", [meta["command"]] if "command" in meta else [])
+    cmds += [] if cmd in cmds else [cmd]  # a folder measured by more than one command says so
+    meta.update(cpu_model=cpu_model(), cores=os.cpu_count(), vllm_version=_versions(a.vllm_python), commands=cmds,
+                command=" ; ".join(cmds), protocol="blocks (experiments/vllm_blocks.py)" + (
                     ", plain and speculative in lockstep on busy clocks" if a.lockstep else ""))
     meta.setdefault("started", now)
-    meta.setdefault("resumed", []).append(now) if meta["started"] != now else None
+    if meta["started"] != now:
+        meta.setdefault("resumed", []).append(now)
     mp.write_text(json.dumps(meta, indent=1))
     from vllm_blocks import measure  # experiments/vllm_blocks.py
 
