@@ -236,10 +236,11 @@ def block_drift(runs: list[dict], out: Path) -> list[dict]:
                   for s in r["steps"] if s["gen_requests"] == 1 and s["ctx_tokens"] == 0]
             return float(np.median(ts)) if ts else None
 
-        pr = {t: json.loads(f.read_text()).get("median_step_s") if (f := out / "probes" / f"{b}_P_{t}.json").exists()
-              else None for t in ("before", "after")}
-        rows.append({"block": b, "cal_dec1_step_s": med("cal-target", "cal-dec1"), "plain_c1_step_s": med("plain", "c1"),
-                     "probe_before_s": pr["before"], "probe_after_s": pr["after"]})
+        files = {t: out / "probes" / f"{b}_P_{t}.json" for t in ("before", "after")}
+        pr = {t: json.loads(f.read_text()).get("median_step_s") if f.exists() else None for t, f in files.items()}
+        rows.append({"block": b, "cal_dec1_step_s": med("cal-target", "cal-dec1"),
+                     "plain_c1_step_s": med("plain", "c1"), "probe_before_s": pr["before"],
+                     "probe_after_s": pr["after"]})
     return rows
 
 

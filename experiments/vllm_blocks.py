@@ -175,7 +175,8 @@ def measure(a, out: Path, variants: list[str]) -> None:
                     ans = [resident[role].ask(dict(cmd, op="run"))]
                     i += 1
                 for x in ans:
-                    print(f"  {x['ok'].split('/')[-1]}: {x.get('tok_s', 0):.1f} tok/s, {x.get('steps')} steps", flush=True)
+                    print(f"  {x['ok'].split('/')[-1]}: {x.get('tok_s', 0):.1f} tok/s, {x.get('steps')} steps",
+                          flush=True)
             for role in roles:
                 resident[role].ask({"op": "probe", "name": f"{b}_{role}_after"})
             resident.pop("S").close()

