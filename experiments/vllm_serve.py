@@ -59,7 +59,8 @@ class Server:
         run_point(self.ses, self.prompts, {"point": "warm", "concurrency": 2, "requests": 2, "output_len": 8}, 0)
         self.probe: dict = {}
         self.cur = None
-        self.answer({"ready": True, "num_gpu_blocks": self.ses.num_gpu_blocks, "hooked": self.ses.rec.sched is not None})
+        self.answer({"ready": True, "num_gpu_blocks": self.ses.num_gpu_blocks,
+                     "hooked": self.ses.rec.sched is not None})
 
     def answer(self, obj: dict) -> None:
         self.reply.write(json.dumps(obj) + "\n")
@@ -96,7 +97,8 @@ class Server:
             if op == "probe":
                 self.probe = _probe(self.ses, self.prompts, cmd["name"])
                 (Path(self.spec["out"]) / "probes").mkdir(exist_ok=True)
-                _write(Path(self.spec["out"]) / "probes" / f"{cmd['name']}.json", dict(self.probe, mode=self.spec["mode"]))
+                _write(Path(self.spec["out"]) / "probes" / f"{cmd['name']}.json",
+                       dict(self.probe, mode=self.spec["mode"]))
                 self.answer(self.probe)
             elif op == "run":
                 self.finish(cmd, run_point(self.ses, self.prompts, cmd["point"], 1000 + cmd["repeat"]), "wall")
