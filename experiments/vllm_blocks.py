@@ -89,11 +89,8 @@ class Engine:
         spec = {"session": role, "mode": served, "k": m["k"], "engine": vc.engine_kwargs(m),
                 "configs": {n: vc.run_config(n, modes[n]) for n in mode_names}, "out": str(out),
                 "prompts": str(vc.PROMPTS), "cpu_model": vc.cpu_model()}
-        (out / "sessions").mkdir(parents=True, exist_ok=True)
-        (out / "logs").mkdir(parents=True, exist_ok=True)
-        sp = out / "sessions" / f"{role}_{served}.json"
-        sp.write_text(json.dumps(spec, indent=1))
-        self.log = open(out / "logs" / f"{role}_{served}.log", "ab")
+        sp, lp = vc.session_files(out, f"{role}_{served}", spec)
+        self.log = open(lp, "ab")
         self.name = f"{role}:{served}"
         self.p = subprocess.Popen([a.vllm_python, str(vc.ROOT / "experiments" / "vllm_serve.py"), str(sp)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,

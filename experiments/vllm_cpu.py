@@ -147,16 +147,22 @@ def _check_out(out: Path) -> None:
                              f"empty --out, or remove the old runs (git rm -r {out / 'runs'}) first")
 
 
+def session_files(out: Path, name: str, spec: dict) -> tuple[Path, Path]:
+    """(OUT/sessions/NAME.json with the spec written, OUT/logs/NAME.log): what an engine process reads and logs to."""
+    (out / "sessions").mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    sp = out / "sessions" / f"{name}.json"
+    sp.write_text(json.dumps(spec, indent=1))
+    return sp, out / "logs" / f"{name}.log"
+
+
 def run_session(a, i: int, name: str, reps: list[int], pts: list[dict], out: Path) -> int:
     m = modes()[name]
     spec = {"session": f"{i:02d}_{name}", "mode": name, "k": m["k"], "engine": engine_kwargs(m),
             "config": run_config(name, m), "points": pts, "repeats": reps, "out": str(out), "prompts": str(PROMPTS),
             "cpu_model": cpu_model()}
-    (out / "sessions").mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    sp = out / "sessions" / f"{spec['session']}.json"
-    sp.write_text(json.dumps(spec, indent=1))
-    with open(out / "logs" / f"{spec['session']}.log", "ab") as log:
+    sp, lp = session_files(out, spec["session"], spec)
+    with open(lp, "ab") as log:
         log.write(f"\n#### {time.strftime('%Y-%m-%dT%H:%M:%S')} {a.vllm_python} vllm_session.py {sp}\n".encode())
         log.flush()
         return subprocess.run([a.vllm_python, str(ROOT / "experiments" / "vllm_session.py"), str(sp)], stdout=log,
