@@ -10,9 +10,10 @@ plain points and the target's calibration), the draft alone (D: the draft's cali
 engine (S, reloaded per block). A block is one speculative variant in one repeat:
 - probes of all three engines first and last (host loop + one fixed request; reported, never used to correct);
 - every grid point measured plain and speculative back to back, the order alternating point by point (ABBA);
-- the block's own calibration of both models spread between those pairs: decodes at concurrency 1 .. 8 x (k + 1)
-  (the verification steps' token counts), prefill chunks of 2 .. 192 tokens (the scheduler's budget lowered at
-  run time), each model served alone without speculation.
+- the block's own calibration of both models spread between those pairs, in rounds (`calibration`): decodes at
+  concurrency 1 .. 8 x (k + 1) (the verification steps' token counts; counts <= 16 measured two or three times,
+  once per round), prefill chunks of 2 .. 192 tokens (the scheduler's budget lowered at run time), each model
+  served alone without speculation.
 With --lockstep a grid point's plain and speculative runs go in turns, one engine step at a time to the run whose
 clock is behind (`lockstep`), each on its own busy clock (vllm_serve.BusyClock: time passes only while its engine
 works; an idle engine jumps to the next arrival), so both runs see the host at the same moments, steps apart
@@ -32,6 +33,11 @@ import vllm_cpu as vc  # experiments/vllm_cpu.py: the constants, modes and engin
 # per block: decode calibration as short as keeps its KV context over the grid's (4 prompts joined: ~72 tokens,
 # then 32 outputs: contexts ~72-104 per request against the grid's 18-114), so a block's calibration takes minutes
 CAL_DEC_OUTPUT, CAL_DEC_CONCAT = 32, 4
+# how many times a decode count is measured in one block, spread over it (count <= key: runs). A 32-step run of a
+# small count lasts 2-4 s, one moment of a host whose speed moves within seconds: in the first lockstep campaign
+# 3 of 4 k = 2 blocks priced 2 tokens 26-55% above 1 token from one such run each (docs/validation.md). Counts
+# above 16 run 7-25 s per run, long enough to average the host themselves.
+CAL_DEC_RUNS = ((8, 3), (16, 2))
 CAL_CHUNKS = (2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192)
 
 
@@ -44,37 +50,41 @@ def block_name(r: int, mode: str) -> str:
     return f"r{r}-{mode}"
 
 
-def calibration(k: int) -> list[dict]:
-    """One block's calibration points for one model: decodes up to the block's largest verification."""
+def dec_runs(c: int) -> int:
+    """How many runs of a block's calibration measure decode count c (CAL_DEC_RUNS)."""
+    return next((n for top, n in CAL_DEC_RUNS if c <= top), 1)
+
+
+def calibration(k: int) -> list[list[dict]]:
+    """One block's calibration points for one model, in rounds: round j holds the j-th run of every decode count
+    measured at least j + 1 times (up to the block's largest verification: 8 x (k + 1) tokens), sizes mixed, and
+    an equal share of the prefill chunks; the block runs the rounds one after the other, so a count's runs fall in
+    different parts of the block."""
     need = max(vc.CLOSED) * (k + 1)
-    dec = [{"point": f"cal-dec{c}", "concurrency": c, "requests": c, "output_len": CAL_DEC_OUTPUT,
-            "concat": CAL_DEC_CONCAT} for c in vc.CAL_CONCURRENCY if c <= need]
+    counts = [c for c in vc.CAL_CONCURRENCY if c <= need]
+    counts = [counts[j] for j in sorted(range(len(counts)), key=lambda j: (j * 7) % len(counts))]  # sizes mixed
+    rounds = [[{"point": f"cal-dec{c}" + (f"-{j + 1}" if j else ""), "concurrency": c, "requests": c,
+                "output_len": CAL_DEC_OUTPUT, "concat": CAL_DEC_CONCAT} for c in counts if dec_runs(c) > j]
+              for j in range(max(n for _, n in CAL_DEC_RUNS))]
     chunk = [{"point": f"cal-chunk{b}", "concurrency": 1, "requests": 1, "output_len": 2, "budget": b,
               "concat": max(1, min(vc.MAX_CONCAT, -(-2 * b // vc.MEAN_PROMPT_TOKENS)))} for b in CAL_CHUNKS]
-    return dec + chunk
+    chunk = [chunk[j] for j in sorted(range(len(chunk)), key=lambda j: (j * 5) % len(chunk))]  # sizes mixed
+    return [rnd + chunk[j::len(rounds)] for j, rnd in enumerate(rounds)]
 
 
-def _spread(items: list, slots: int) -> list[list]:
-    """Items in an order that mixes sizes (every other from each end), cut into `slots` nearly equal parts."""
-    mixed, lo, hi = [], 0, len(items) - 1
-    while lo <= hi:
-        mixed.append(items[lo])
-        if hi != lo:
-            mixed.append(items[hi])
-        lo, hi = lo + 1, hi - 1
-    return [mixed[i * len(mixed) // slots:(i + 1) * len(mixed) // slots] for i in range(slots)]
+def _cut(items: list, slots: int) -> list[list]:
+    """`items` in order, cut into `slots` nearly equal consecutive parts."""
+    return [items[i * len(items) // slots:(i + 1) * len(items) // slots] for i in range(slots)]
 
 
 def block_sequence(r: int, mode: str, k: int, grid: list[dict]) -> list[tuple[str, str, dict]]:
-    """(engine role, mode, point) in the order a block runs them."""
-    pts = calibration(k)
-    dec = [p for p in pts if "budget" not in p]
-    dec = [dec[j] for j in sorted(range(len(dec)), key=lambda j: (j * 7) % len(dec))]  # sizes mixed over the block
-    pts = dec + [p for p in pts if "budget" in p]
-    cal = [("P", "cal-target", p) for p in pts] + [("D", "cal-draft", p) for p in pts]
-    cal = [x for pair in zip(cal[:len(cal) // 2], cal[len(cal) // 2:]) for x in pair]  # target, draft, target...
+    """(engine role, mode, point) in the order a block runs them: each grid point's plain and speculative runs
+    back to back (order alternating), the calibration of both models (target, draft, target, ...) between them."""
+    cal = []
+    for rnd in calibration(k):
+        cal += [x for p in rnd for x in (("P", "cal-target", p), ("D", "cal-draft", p))]
     seq = []
-    for i, (pt, extra) in enumerate(zip(grid, _spread(cal, len(grid)))):
+    for i, (pt, extra) in enumerate(zip(grid, _cut(cal, len(grid)))):
         pair = [("P", "plain", pt), ("S", mode, pt)]
         seq += (pair if (i + r) % 2 == 0 else pair[::-1]) + extra
     return seq

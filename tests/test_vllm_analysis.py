@@ -331,6 +331,13 @@ def test_the_protocol_calibrates_the_range_its_grid_needs():
             assert max(dec) >= max(vc.CLOSED) * (k + 1) and min(dec) == 1
             assert sf.covered(np.array(sorted(set(dec) | {p["budget"] for p in cal if "budget" in p}), float)).all()
             assert all(vc.modes()[model]["spec"] is None for _ in cal)
+            assert len({p["point"] for p in cal}) == len(cal)  # one file per run
+            for c in (1, 2, 8, 16, 48):  # small counts several times, spread over the block (grid points apart)
+                at = [i for i, (_, m, p) in enumerate(seq) if m == model and p.get("concurrency") == c and
+                      "budget" not in p]
+                assert len(at) == (vb.dec_runs(c) if c <= max(vc.CLOSED) * (k + 1) else 0)
+                grid_between = [sum(1 for _, m, _ in seq[a:b] if m == "plain") for a, b in zip(at, at[1:])]
+                assert all(g >= 2 for g in grid_between), (c, grid_between)
     for name in ("plain", "draft-k2", "cal-draft"):
         m = vc.modes()[name]
         cfg = vc.run_config(name, m)
