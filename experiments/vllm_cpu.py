@@ -113,13 +113,19 @@ def run_config(name: str, mode: dict) -> dict:
 
 
 def cpu_model() -> str:
+    """The CPU's name with its family and model numbers: "AMD EPYC" alone named two CPU generations whose plain
+    steps differ 2x (../shared/reference/vllm-cpu.md), /proc/cpuinfo's numbers tell them apart."""
+    info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, val = line.partition(":")
+            info.setdefault(key.strip(), val.strip())
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    name = info.get("model name") or platform.processor() or "unknown"
+    if "cpu family" in info and "model" in info:
+        name += f" (family {info['cpu family']}, model {info['model']})"
+    return name
 
 
 def _env(kv_gb: int = 4) -> dict:
