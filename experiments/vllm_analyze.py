@@ -238,10 +238,22 @@ def block_drift(runs: list[dict], out: Path) -> list[dict]:
 
         files = {t: out / "probes" / f"{b}_P_{t}.json" for t in ("before", "after")}
         pr = {t: json.loads(f.read_text()).get("median_step_s") if f.exists() else None for t, f in files.items()}
+        spec = [r for r in runs if r.get("block") == b and r.get("mode") not in ("plain", *CAL.values())]
         rows.append({"block": b, "cal_dec1_step_s": med("cal-target", "cal-dec1"),
                      "plain_c1_step_s": med("plain", "c1"), "probe_before_s": pr["before"],
-                     "probe_after_s": pr["after"]})
+                     "probe_after_s": pr["after"], "spec_c2_prefill_ratio": _first_prefill_ratio(spec, "c2"),
+                     "spec_touched": any((r.get("config") or {}).get("touch_before_s") is not None for r in spec)})
     return rows
+
+
+def _first_prefill_ratio(runs: list[dict], point: str) -> float | None:
+    """The first prefill step of a run at `point` over its second (c2: the first pair's prompts, then the next
+    pair's, 36 and 39 tokens): well above 1 where the engine ran its first step slow after sitting idle."""
+    for r in runs:
+        pre = [s["time_s"] for s in r["steps"] if r.get("point") == point and s["ctx_tokens"] > 0]
+        if len(pre) >= 2:
+            return float(pre[0] / pre[1])
+    return None
 
 
 def join_lag(runs: list[dict]) -> dict:

@@ -187,11 +187,15 @@ def report(out: Path, res: dict) -> Path:
     if res.get("blocks"):
         L += ["", "The host between blocks: the target's 1-request decode step (median, seconds) in the block's "
               "calibration (cal-dec1) and its plain c1 point, and the target engine's probe at the block's start and "
-              "end (reported, never used to correct a figure):", "",
-              "| block | cal-dec1 | plain c1 | probe before | probe after |", "|---|---|---|---|---|"]
+              "end (reported, never used to correct a figure); the speculative c2 run's first prefill step over its "
+              "second (36 and 39 tokens), and whether each speculative run followed a short unrecorded run on its "
+              "engine (vllm_serve.Server.touch, from block r1-draft-k3 of the 2026-12-02 evening campaign on):", "",
+              "| block | cal-dec1 | plain c1 | probe before | probe after | spec c2 first / second prefill | touched |",
+              "|---|---|---|---|---|---|---|"]
         f = (lambda x: "—" if x is None else f"{x:.3f}")
         L += [f"| {b['block']} | {f(b['cal_dec1_step_s'])} | {f(b['plain_c1_step_s'])} | {f(b['probe_before_s'])} | "
-              f"{f(b['probe_after_s'])} |" for b in res["blocks"]]
+              f"{f(b['probe_after_s'])} | {f(b.get('spec_c2_prefill_ratio'))} | "
+              f"{'yes' if b.get('spec_touched') else 'no'} |" for b in res["blocks"]]
     p = out / "vllm_cpu.md"
     p.write_text("\n".join(L) + "\n")
     return p
