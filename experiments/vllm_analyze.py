@@ -231,7 +231,7 @@ def block_drift(runs: list[dict], out: Path) -> list[dict]:
     rows = []
     for b in sorted({r["block"] for r in runs if r.get("block")}, key=lambda b: min(
             r.get("wall_clock", 0.0) for r in runs if r.get("block") == b)):
-        def med(mode, point):
+        def med(mode, point, b=b):
             ts = [s["time_s"] for r in runs if (r.get("block"), r.get("mode"), r.get("point")) == (b, mode, point)
                   for s in r["steps"] if s["gen_requests"] == 1 and s["ctx_tokens"] == 0]
             return float(np.median(ts)) if ts else None
@@ -249,8 +249,8 @@ def block_drift(runs: list[dict], out: Path) -> list[dict]:
 def _first_prefill_ratio(runs: list[dict], point: str) -> float | None:
     """The first prefill step of a run at `point` over its second (c2: the first pair's prompts, then the next
     pair's, 36 and 39 tokens): well above 1 where the engine ran its first step slow after sitting idle."""
-    for r in runs:
-        pre = [s["time_s"] for s in r["steps"] if r.get("point") == point and s["ctx_tokens"] > 0]
+    for r in (r for r in runs if r.get("point") == point):
+        pre = [s["time_s"] for s in r["steps"] if s["ctx_tokens"] > 0]
         if len(pre) >= 2:
             return float(pre[0] / pre[1])
     return None

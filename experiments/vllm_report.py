@@ -192,7 +192,9 @@ def report(out: Path, res: dict) -> Path:
               "engine (vllm_serve.Server.touch, from block r1-draft-k3 of the 2026-12-02 evening campaign on):", "",
               "| block | cal-dec1 | plain c1 | probe before | probe after | spec c2 first / second prefill | touched |",
               "|---|---|---|---|---|---|---|"]
-        f = (lambda x: "—" if x is None else f"{x:.3f}")
+        def f(x) -> str:
+            return "—" if x is None else f"{x:.3f}"
+
         L += [f"| {b['block']} | {f(b['cal_dec1_step_s'])} | {f(b['plain_c1_step_s'])} | {f(b['probe_before_s'])} | "
               f"{f(b['probe_after_s'])} | {f(b.get('spec_c2_prefill_ratio'))} | "
               f"{'yes' if b.get('spec_touched') else 'no'} |" for b in res["blocks"]]
