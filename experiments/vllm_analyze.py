@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from specsim import theory  # noqa: E402
+from specsim.validation import request_table as rt  # noqa: E402
 from specsim.validation import step_fit as sf  # noqa: E402
 from specsim.validation import vllm_outputs as vr  # noqa: E402
 from specsim.validation import vllm_runs as vrun  # noqa: E402
@@ -77,8 +78,14 @@ def calibration_runs(runs: list[dict], model: str, block: str | None = None) -> 
 
 
 def step_table(runs: list[dict], where: str) -> sf.FittedStepTable:
+    """The token-only table (session 12's figure; scored beside the request table)."""
     steps = [s for r in runs for s in r["steps"]]
     return sf.fit_step_table(sf.StepSamples.from_steps(steps, where), where=where)
+
+
+def request_table(runs: list[dict], where: str) -> rt.RequestStepTable:
+    """The (tokens, requests) table: the analysis's table (specsim.validation.request_table)."""
+    return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where)
 
 
 def kv_blocks(out: Path, run: dict) -> int | None:
@@ -271,15 +278,18 @@ def join_lag(runs: list[dict]) -> dict:
 
 
 def block_tables(out: Path, runs: list[dict]) -> dict:
-    """Per block of the block protocol, the two tables fitted on that block's own calibration runs."""
+    """Per block of the block protocol, the tables fitted on that block's own calibration runs: kind "request"
+    (the analysis's) and "token" (beside it), each (target, draft)."""
     tabs = {}
+    (out / "step_tables").mkdir(exist_ok=True)
     for b in sorted({r["block"] for r in runs if r.get("block")}):
-        tt = step_table(calibration_runs(runs, "target", b), f"target alone (cal-target, block {b})")
-        td = step_table(calibration_runs(runs, "draft", b), f"draft alone (cal-draft, block {b})")
-        (out / "step_tables").mkdir(exist_ok=True)
-        tt.write_csv(out / "step_tables" / f"{b}_target.csv", f"vLLM per-step log, target alone, block {b}")
-        td.write_csv(out / "step_tables" / f"{b}_draft.csv", f"vLLM per-step log, draft alone, block {b}")
-        tabs[b] = (tt, td)
+        cal = {m: calibration_runs(runs, m, b) for m in CAL}
+        tabs[b] = {"token": tuple(step_table(cal[m], f"{m} alone ({CAL[m]}, block {b})") for m in CAL),
+                   "request": tuple(request_table(cal[m], f"{m} alone ({CAL[m]}, block {b})") for m in CAL)}
+        for m, t in zip(CAL, tabs[b]["token"]):
+            t.write_csv(out / "step_tables" / f"{b}_{m}.csv", f"vLLM per-step log, {m} alone, block {b}")
+        for m, t in zip(CAL, tabs[b]["request"]):
+            t.write_csv(out / "step_tables" / f"{b}_{m}_requests.csv", f"vLLM per-step log, {m} alone, block {b}")
     return tabs
 
 
@@ -294,26 +304,37 @@ def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]
 
 
 def analyze(out: Path) -> dict:
-    """Block-protocol runs are priced by their own block's tables (the protocol's figure, chosen before the runs);
-    the tables pooled over every calibration run are scored beside them (`pooled`)."""
+    """Block-protocol runs are priced by their own block's (tokens, requests) tables (`request_table`); beside
+    them the same runs priced by the block's token-only tables (`token_table`, session 12's figure) and by the
+    request tables pooled over every block (`pooled`)."""
     runs = load_runs(out)
-    tt = step_table(calibration_runs(runs, "target"), "target alone (cal-target)")
-    td = step_table(calibration_runs(runs, "draft"), "draft alone (cal-draft)")
-    tt.write_csv(out / "step_table_target.csv", "vLLM per-step log, target served alone (runs cal-target)")
-    td.write_csv(out / "step_table_draft.csv", "vLLM per-step log, draft served alone (runs cal-draft)")
+    cal = {m: calibration_runs(runs, m) for m in CAL}
+    tt, td = (step_table(cal[m], f"{m} alone ({CAL[m]})") for m in CAL)
+    rq = tuple(request_table(cal[m], f"{m} alone ({CAL[m]})") for m in CAL)
+    for m, t in zip(CAL, (tt, td)):
+        t.write_csv(out / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]})")
+    for m, t in zip(CAL, rq):
+        t.write_csv(out / f"step_table_{m}_requests.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]})")
     tabs = block_tables(out, runs)
-    rows, points = _scored(out, runs, lambda r: tabs.get(r.get("block"), (tt, td)))
+    rows, points = _scored(out, runs, lambda r: tabs[r["block"]]["request"] if r.get("block") in tabs else rq)
     res = _summary(points, runs, tt, td)
+    beside = {"pooled": lambda r: rq}
     if tabs:
-        pooled = _scored(out, runs, lambda r: (tt, td))[1]
-        res["pooled"] = _summary(pooled, runs, tt, td)
-        by = {(q["variant"], q["loop"], q["x"]): q for q in pooled}
-        for p in points:  # the pooled table's prediction beside the block-matched one (the plot draws both)
+        beside["token_table"] = lambda r: tabs[r["block"]]["token"] if r.get("block") in tabs else (tt, td)
+    for name, pick in beside.items():
+        other = _scored(out, runs, pick)[1]
+        res[name] = _summary(other, runs, tt, td)
+        by = {(q["variant"], q["loop"], q["x"]): q for q in other}
+        for p in points:  # the prediction beside the analysis's (the plot draws them)
             q = by[(p["variant"], p["loop"], p["x"])]
-            p.update({f"pooled_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
-        res["block_tables"] = {b: {"target": _table_info(a), "draft": _table_info(c)} for b, (a, c) in tabs.items()}
+            p.update({f"{name}_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
+    if tabs:
+        res["block_tables"] = {b: {m: {"token": _table_info(a), "request": _request_info(c)}
+                                   for m, a, c in zip(CAL, t["token"], t["request"])} for b, t in tabs.items()}
     res.update(points=points, rows=rows, probes=_probes(runs, out),
-               tables={"target": _table_info(tt), "draft": _table_info(td)},
+               tables={"target": _table_info(tt), "draft": _table_info(td),
+                       "target_requests": _request_info(rq[0]), "draft_requests": _request_info(rq[1])},
+               holdout=_holdout(runs, rq, (tt, td)),
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
                points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
@@ -321,6 +342,22 @@ def analyze(out: Path) -> dict:
                blocks=block_drift(runs, out))
     _write(out, res)
     return res
+
+
+def _holdout(runs: list[dict], rq, tok) -> dict:
+    """The request table's rule on steps neither of its families holds, from runs without speculation: the
+    multi-request prefills of the calibration runs, and the plain grid runs' multi-request prefill and mixed
+    steps (pooled tables; the token-only table beside)."""
+    plain = [s for r in runs if r.get("mode") == "plain" for s in r["steps"]]
+    res = {m: rt.holdout(t, [s for r in cal for s in r["steps"]], k)
+           for m, t, k, cal in zip(CAL, rq, tok, (calibration_runs(runs, m) for m in CAL))}
+    res["target_plain_runs"] = rt.holdout(rq[0], plain, tok[0])
+    return res
+
+
+def _request_info(t: rt.RequestStepTable) -> dict:
+    return {"one_request": _table_info(t.single), "decode": _table_info(t.decode),
+            "unmeasured": t.unmeasured.summary()}
 
 
 def _table_info(t: sf.FittedStepTable) -> dict:

@@ -37,9 +37,11 @@ def plot(out: Path, res: dict) -> Path:
                 c = f"C{i}"
                 ax.errorbar(x, med, yerr=err, fmt="o", color=c, capsize=3, label=f"{v} measured (min-max)")
                 ax.plot(x, [p[f"pred_{key}"] for p in ps], "-x", color=c, label=f"{v} predicted")
-                if f"pooled_pred_{key}" in ps[0]:
-                    ax.plot(x, [p[f"pooled_pred_{key}"] for p in ps], ":", color=c, alpha=0.7,
-                            label=f"{v} predicted, one pooled table")
+                for name, style, label in (("token_table", "--", "token-only tables"),
+                                           ("pooled", ":", "one pooled table")):
+                    if f"{name}_pred_{key}" in ps[0]:
+                        ax.plot(x, [p[f"{name}_pred_{key}"] for p in ps], style, color=c, alpha=0.6,
+                                label=f"{v} predicted, {label}")
                 flagged = [p for p in ps if p["unmeasured_steps"]]
                 if flagged:
                     ax.plot([p["x"] for p in flagged], [p[f"pred_{key}"] for p in flagged], "s", mfc="none",
@@ -94,22 +96,23 @@ def _head(out: Path, res: dict) -> list[str]:
             "(offline engine, k = 2, 3, 5, calibration over the verification token range, host probes) is "
             "pending: `experiments/vllm_cpu.py measure`.**", ""] if res.get("legacy_runs") else []),
          "Calibration saw only the target and the draft each served alone (cal-target, cal-draft; a run that "
-         "drafted is refused); step tables: knots at the measured token counts, monotone, interpolated between "
-         "measured counts only. Acceptance: vLLM's own per-request accepted/drafted counts, replayed step by step. "
+         "drafted is refused); step tables over (tokens, requests): t(T, R) = t1(T) + td(R) - t1(R), t1 fitted "
+         "on one-request steps (prefill chunks, one-token decodes), td on pure decodes (specsim/validation/"
+         "request_table.py), each with knots at the measured counts, monotone, interpolated between measured counts "
+         "only; the token-only tables of session 12 (every step pooled by its token count) are scored beside. "
+         "Acceptance: vLLM's own per-request accepted/drafted counts, replayed step by step. "
          "Every speculative point below is a prediction from each run's own recorded knobs and requests.", "",
          *([f"Block protocol (experiments/vllm_blocks.py): {len(res['block_tables'])} blocks, each one speculative "
             "variant in one repeat, with the engines resident: every grid point measured plain and speculative back "
             "to back (alternating order), the block's own calibration of target and draft (each alone) spread "
             "between the pairs. Each speculative run is paired with its block's plain run, and both are priced by "
-            "the tables fitted on that block's calibration (chosen before the runs); one table pooled over every "
-            "block is scored beside it.", ""] if res.get("block_tables") else [])]
+            "the request tables fitted on that block's calibration (block-matched tables were chosen before the runs; "
+            "the (tokens, requests) rule after session 12's runs, docs/validation.md); the block's token-only "
+            "tables and one request table pooled over every block are scored beside them.", ""]
+           if res.get("block_tables") else [])]
     for m, t in sorted(res["tables"].items()):
-        u = t["unmeasured"]
-        L.append(f"- {m} table: measured {t['range'][0]}-{t['range'][1]} tokens at {t['knots']} counts; uncovered "
-                 f"gaps {', '.join(f'{a}-{b}' for a, b in t['gaps']) or 'none'}; KV slope "
-                 f"{t['kv_slope_s_per_token']:.3g} s/token; {u['unmeasured_steps']} of {u['priced_steps']} priced "
-                 f"steps outside the measured range (below {u['unmeasured_below']}, above {u['unmeasured_above']}, "
-                 f"in gaps {u['unmeasured_in_gaps']}; counts {u['unmeasured_token_counts']})")
+        for fam, x in (((f, t[f]) for f in ("one_request", "decode")) if "decode" in t else ((None, t),)):
+            L.append(_table_line(f"{m} table" + (f", {fam} family" if fam else ""), x))
     L.append(f"- predictions resting on unmeasured step sizes: {res['points_with_unmeasured_steps']} of "
              f"{len(res['points'])} points, {res['unmeasured_steps']} of {res['priced_steps']} priced steps")
     L.append(f"- over all points: speedup error (throughput ratio) median "
@@ -121,19 +124,19 @@ def _head(out: Path, res: dict) -> list[str]:
              f"{100 * res.get('max_spread_speedup_throughput', float('nan')):.1f}%), TPOT ratio "
              f"{100 * res.get('median_spread_speedup_tpot', float('nan')):.1f}% "
              f"({100 * res.get('max_spread_speedup_tpot', float('nan')):.1f}%)")
-    if res.get("pooled"):
-        q = res["pooled"]
-        L.append(f"- block protocol: each run priced by the tables of its own block's calibration (above); the same "
-                 f"runs priced by one table pooled over all {len(res.get('block_tables', {}))} blocks' calibration: "
-                 f"speedup error (throughput ratio) median {100 * q['median_abs_err_speedup_throughput']:.1f}%, max "
-                 f"{100 * q['max_abs_err_speedup_throughput']:.1f}%; TPOT ratio median "
-                 f"{100 * q['median_abs_err_speedup_tpot']:.1f}%, max {100 * q['max_abs_err_speedup_tpot']:.1f}%; "
-                 + "; ".join(f"{v}: plain TTFT / TPOT p50 {100 * x['median_abs_err_plain_ttft_p50_s']:.1f}% / "
-                             f"{100 * x['median_abs_err_plain_tpot_p50_s']:.1f}%, spec "
-                             f"{100 * x['median_abs_err_spec_ttft_p50_s']:.1f}% / "
-                             f"{100 * x['median_abs_err_spec_tpot_p50_s']:.1f}%, break-even predicted "
-                             f"{x['break_even_closed_predicted']} / {x['break_even_poisson_predicted']}"
-                             for v, x in sorted(q["variants"].items())))
+    for name, label in (("token_table", "each block's token-only tables (session 12's analysis)"),
+                        ("pooled", f"one request table pooled over all {len(res.get('block_tables', {}))} blocks' "
+                                   "calibration")):
+        if res.get(name):
+            L.append(_beside(res[name], label))
+    for name, h in sorted((res.get("holdout") or {}).items()):
+        if h.get("steps"):
+            L.append(f"- held-out steps ({name}: {h['steps']} steps of {h['requests_range'][0]}-"
+                     f"{h['requests_range'][1]} requests, {h['tokens_range'][0]}-{h['tokens_range'][1]} tokens, that "
+                     f"neither family of the request table holds; pooled tables): predicted / measured - 1, median "
+                     f"{_pct(h['request_table_median_err'])} [p10 {_pct(h['request_table_p10_err'])}, p90 "
+                     f"{_pct(h['request_table_p90_err'])}]; token-only table {_pct(h['token_table_median_err'])} "
+                     f"[{_pct(h['token_table_p10_err'])}, {_pct(h['token_table_p90_err'])}]")
     for v, s in sorted(res["variants"].items()):
         eq5 = "n/a" if s["speedup_eq5"] is None else f"{s['speedup_eq5']:.3f}"
         e = {k: 100 * s[f"median_abs_err_{k}"] for k in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s",
@@ -161,21 +164,45 @@ def _head(out: Path, res: dict) -> list[str]:
     return L
 
 
+def _table_line(name: str, t: dict) -> str:
+    u = t["unmeasured"]
+    return (f"- {name}: measured {t['range'][0]}-{t['range'][1]} tokens at {t['knots']} counts; uncovered gaps "
+            f"{', '.join(f'{a}-{b}' for a, b in t['gaps']) or 'none'}; KV slope {t['kv_slope_s_per_token']:.3g} "
+            f"s/token; {u['unmeasured_steps']} of {u['priced_steps']} priced steps outside the measured range (below "
+            f"{u['unmeasured_below']}, above {u['unmeasured_above']}, in gaps {u['unmeasured_in_gaps']}; counts "
+            f"{u['unmeasured_token_counts']})")
+
+
+def _beside(q: dict, label: str) -> str:
+    """One line: the same runs priced by other tables."""
+    return (f"- beside it, the same runs priced by {label}: speedup error (throughput ratio) median "
+            f"{100 * q['median_abs_err_speedup_throughput']:.1f}%, max "
+            f"{100 * q['max_abs_err_speedup_throughput']:.1f}%; TPOT ratio median "
+            f"{100 * q['median_abs_err_speedup_tpot']:.1f}%, max "
+            f"{100 * q['max_abs_err_speedup_tpot']:.1f}%; "
+            + "; ".join(f"{v}: plain TTFT / TPOT p50 {100 * x['median_abs_err_plain_ttft_p50_s']:.1f}% / "
+                        f"{100 * x['median_abs_err_plain_tpot_p50_s']:.1f}%, spec "
+                        f"{100 * x['median_abs_err_spec_ttft_p50_s']:.1f}% / "
+                        f"{100 * x['median_abs_err_spec_tpot_p50_s']:.1f}%, break-even predicted "
+                        f"{x['break_even_closed_predicted']} / {x['break_even_poisson_predicted']}"
+                        for v, x in sorted(q["variants"].items())))
+
+
 def report(out: Path, res: dict) -> Path:
     pts = res["points"]
     L = _head(out, res)
     L += ["", "![measured vs predicted](vllm_cpu.png)", "",
           "| variant | point | repeats | measured speedup (thr), median [min, max] | predicted | err | measured "
-          "speedup (TPOT) [min, max] | predicted | err | pooled table: err thr / TPOT | unmeasured steps |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "speedup (TPOT) [min, max] | predicted | err | token-only tables: err thr / TPOT | pooled table: err thr / "
+          "TPOT | unmeasured steps |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in pts:
         L.append(f"| {p['variant']} | {p['point']} | {p['repeats']} | {p['meas_speedup_throughput']:.3f} "
                  f"[{p['meas_speedup_throughput_min']:.3f}, {p['meas_speedup_throughput_max']:.3f}] | "
                  f"{p['pred_speedup_throughput']:.3f} | {_pct(p['err_speedup_throughput'])} | "
                  f"{p['meas_speedup_tpot']:.3f} [{p['meas_speedup_tpot_min']:.3f}, {p['meas_speedup_tpot_max']:.3f}]"
                  f" | {p['pred_speedup_tpot']:.3f} | {_pct(p['err_speedup_tpot'])} | "
-                 + (f"{_pct(p['pooled_err_speedup_throughput'])} / {_pct(p['pooled_err_speedup_tpot'])}"
-                    if "pooled_err_speedup_tpot" in p else "—")
+                 + " | ".join(f"{_pct(p[n + '_err_speedup_throughput'])} / {_pct(p[n + '_err_speedup_tpot'])}"
+                              if f"{n}_err_speedup_tpot" in p else "—" for n in ("token_table", "pooled"))
                  + f" | {p['unmeasured_steps']} of {p['priced_steps']} |")
     L += ["", "TTFT p50 and TPOT p50 per mode (seconds; measured median over repeats [min, max] → predicted, error):",
           "", "| variant | point | plain TTFT | plain TPOT | spec TTFT | spec TPOT |", "|---|---|---|---|---|---|"]

@@ -110,6 +110,19 @@ def test_break_even_by_concurrency_and_rate():
     assert va.break_even(pts, "v", "poisson", "s") == "none up to r0.3"
 
 
+def _chunks(cal: dict, sizes=(2, 3, 4, 5, 6, 8), scale: float = 1.0) -> list[tuple[str, dict]]:
+    """One-request prefill-chunk runs beside a decode calibration run (as the block protocol measures: cal-chunkN),
+    on the fixture's one-request line (0.20 s + 0.01 s per token): the request table's one-request family."""
+    out = []
+    for b in sizes:
+        r = copy.deepcopy(cal)
+        r["point"] = f"cal-chunk{b}"
+        r["steps"] = [{"index": i, "ctx_requests": 1, "ctx_tokens": b, "gen_requests": 0, "gen_tokens": 0,
+                       "time_s": scale * (0.2 + 0.01 * b), "kv_usage": 0.01, "kv_ctx_tokens": b * i} for i in range(3)]
+        out.append((r["mode"], r))
+    return out
+
+
 def test_analyze_end_to_end_on_fixture_runs(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -119,7 +132,8 @@ def test_analyze_end_to_end_on_fixture_runs(tmp_path):
     for s in draft["steps"]:
         s["time_s"] *= 0.4
     spec = _spec()
-    for name, r in (("cal-target", cal), ("cal-draft", draft), ("plain", _plain(spec)), ("draft-k3", spec)):
+    for name, r in (("cal-target", cal), ("cal-draft", draft), ("plain", _plain(spec)), ("draft-k3", spec),
+                    *_chunks(cal), *_chunks(draft)):
         (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(r))
     res = va.analyze(tmp_path)
     assert set(res["variants"]) == {"draft_model-k3"}
@@ -127,7 +141,11 @@ def test_analyze_end_to_end_on_fixture_runs(tmp_path):
     assert (p["point"], p["loop"], p["x"], p["k"], p["repeats"]) == ("c2", "closed", 2.0, 3, 1)
     assert p["unmeasured_steps"] == 0 < p["priced_steps"] and p["extrapolated"] is False
     assert res["tables"]["target"]["range"] == [1, 24]
-    for f in ("vllm_cpu.csv", "vllm_cpu.md", "vllm_cpu.png", "vllm_cpu_analysis.json", "step_table_target.csv"):
+    assert res["tables"]["target_requests"]["one_request"]["range"] == [1, 24]
+    assert res["tables"]["target_requests"]["decode"]["range"] == [1, 8]
+    assert "token_table" not in res and "pooled" in res  # no blocks: the pooled request table is the only other
+    for f in ("vllm_cpu.csv", "vllm_cpu.md", "vllm_cpu.png", "vllm_cpu_analysis.json", "step_table_target.csv",
+              "step_table_target_requests.csv"):
         assert (tmp_path / f).exists()
     assert "draft_model-k3" in (tmp_path / "vllm_cpu.md").read_text()
     shutil.rmtree(runs)
@@ -270,12 +288,14 @@ def test_analyze_flags_a_point_predicted_outside_the_calibration(tmp_path):
     cal["steps"] = [s for s in cal["steps"] if s["ctx_tokens"] + s["gen_tokens"] <= 3]
     draft = dict(copy.deepcopy(cal), mode="cal-draft")
     spec = _spec()
-    for name, r in (("cal-target", cal), ("cal-draft", draft), ("plain", _plain(spec)), ("draft-k3", spec)):
+    for name, r in (("cal-target", cal), ("cal-draft", draft), ("plain", _plain(spec)), ("draft-k3", spec),
+                    *_chunks(cal, (2, 3)), *_chunks(draft, (2, 3))):
         (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(r))
     res = va.analyze(tmp_path)
     p = res["points"][0]
     assert p["extrapolated"] and p["unmeasured_steps"] > 0
-    assert res["tables"]["target"]["range"] == [1, 3] and res["tables"]["target"]["unmeasured"]["unmeasured_above"]
+    rq = res["tables"]["target_requests"]
+    assert rq["one_request"]["range"] == [1, 3] and rq["unmeasured"]["unmeasured_above"]
     assert "outside the measured range" in (tmp_path / "vllm_cpu.md").read_text()
 
 
@@ -288,8 +308,9 @@ def test_block_runs_are_priced_by_their_own_blocks_calibration(tmp_path):
     spec = _spec()
     for i, slow in enumerate((1.0, 2.0)):
         b = f"r{i}-draft-k3"
+        extra = [(m, r, s) for m, s in (("cal-target", slow), ("cal-draft", 0.4 * slow)) for _, r in _chunks(cal)]
         for name, r0, scale in (("cal-target", cal, slow), ("cal-draft", cal, 0.4 * slow), ("plain", _plain(spec), 1),
-                                ("draft-k3", spec, 1)):
+                                ("draft-k3", spec, 1), *extra):
             r = copy.deepcopy(r0)
             r.update(mode=name, block=b, repeat=i)
             for st in r["steps"]:
@@ -300,8 +321,10 @@ def test_block_runs_are_priced_by_their_own_blocks_calibration(tmp_path):
     assert [r["repeat"] for r in rows] == [0, 1]
     assert rows[1]["pred_plain_tpot_p50_s"] == pytest.approx(2 * rows[0]["pred_plain_tpot_p50_s"], rel=1e-9)
     assert rows[1]["pred_speedup_throughput"] == pytest.approx(rows[0]["pred_speedup_throughput"], rel=1e-9)
-    assert set(res["block_tables"]) == {"r0-draft-k3", "r1-draft-k3"} and "pooled" in res
+    assert set(res["block_tables"]) == {"r0-draft-k3", "r1-draft-k3"} and "pooled" in res and "token_table" in res
     assert (tmp_path / "step_tables" / "r1-draft-k3_target.csv").exists()
+    assert (tmp_path / "step_tables" / "r1-draft-k3_target_requests.csv").exists()
+    assert rows[0]["unmeasured_steps"] == 0
 
 
 def test_the_protocol_calibrates_the_range_its_grid_needs():

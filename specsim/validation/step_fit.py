@@ -187,21 +187,31 @@ class FittedStepTable(StepTable):
             return 0.0, 0.0, 0.0
         return self.time_at(T, math.fsum(np.asarray(ctx, float).tolist())), 0.0, 0.0
 
+    def describe(self) -> str:
+        """One line: how the table was fitted, its KV slope, measured range and uncovered gaps."""
+        gaps = [f"{int(a)}-{int(b)}" for a, b, c in zip(self.tokens[:-1], self.tokens[1:], self.covered) if not c]
+        return (f"knots at measured token counts, monotone (isotonic) fit; kv_slope_s_per_token: "
+                f"{self.kv_slope_s_per_token:.6g}; measured range {int(self.tokens[0])}-{int(self.tokens[-1])}"
+                f" tokens; uncovered gaps: {', '.join(gaps) or 'none'}")
+
+    COLUMNS = ("tokens", "time_s", "ctx_tokens", "steps", "raw_median_s")
+
+    def rows(self) -> list[list[str]]:
+        """Per knot: tokens, fitted time, median context, step count, raw median (the CSV's columns)."""
+        return [[str(int(a)), f"{b:.6g}", "" if not np.isfinite(c) else f"{c:.6g}", str(int(n)), f"{r:.6g}"]
+                for a, b, c, n, r in zip(self.tokens, self.time_s, self.ctx_tokens, self.steps, self.raw_median_s)]
+
     def write_csv(self, path: str | Path, comment: str = "") -> Path:
         """tokens,time_s (what `StepTable.read_csv` and `specsim simulate --step-table-*` read), then the context,
         the step count and the raw median per knot, the KV slope and the coverage in `#` comments."""
         p = Path(path)
-        gaps = [f"{int(a)}-{int(b)}" for a, b, c in zip(self.tokens[:-1], self.tokens[1:], self.covered) if not c]
         with open(p, "w", newline="", encoding="utf-8") as fh:
             for line in (comment.splitlines() if comment else []):
                 fh.write(f"# {line}\n")
-            fh.write(f"# knots at measured token counts, monotone (isotonic) fit; kv_slope_s_per_token: "
-                     f"{self.kv_slope_s_per_token:.6g}; measured range {int(self.tokens[0])}-{int(self.tokens[-1])}"
-                     f" tokens; uncovered gaps: {', '.join(gaps) or 'none'}\n")
+            fh.write(f"# {self.describe()}\n")
             w = csv.writer(fh)
-            w.writerow(["tokens", "time_s", "ctx_tokens", "steps", "raw_median_s"])
-            for a, b, c, n, r in zip(self.tokens, self.time_s, self.ctx_tokens, self.steps, self.raw_median_s):
-                w.writerow([int(a), f"{b:.6g}", "" if not np.isfinite(c) else f"{c:.6g}", int(n), f"{r:.6g}"])
+            w.writerow(self.COLUMNS)
+            w.writerows(self.rows())
         return p
 
 
