@@ -77,15 +77,15 @@ def calibration_runs(runs: list[dict], model: str, block: str | None = None) -> 
     return picked
 
 
-def step_table(runs: list[dict], where: str) -> sf.FittedStepTable:
+def step_table(runs: list[dict], where: str, monotone: bool = True) -> sf.FittedStepTable:
     """The token-only table (session 12's figure; scored beside the request table)."""
     steps = [s for r in runs for s in r["steps"]]
-    return sf.fit_step_table(sf.StepSamples.from_steps(steps, where), where=where)
+    return sf.fit_step_table(sf.StepSamples.from_steps(steps, where), where=where, monotone=monotone)
 
 
-def request_table(runs: list[dict], where: str) -> rt.RequestStepTable:
+def request_table(runs: list[dict], where: str, monotone: bool = True) -> rt.RequestStepTable:
     """The (tokens, requests) table: the analysis's table (specsim.validation.request_table)."""
-    return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where)
+    return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where, monotone=monotone)
 
 
 def kv_blocks(out: Path, run: dict) -> int | None:
@@ -277,19 +277,25 @@ def join_lag(runs: list[dict]) -> dict:
             "at_start_median": float(np.median(idle)) if idle else None, "at_start_n": len(idle)}
 
 
-def block_tables(out: Path, runs: list[dict]) -> dict:
-    """Per block of the block protocol, the tables fitted on that block's own calibration runs: kind "request"
-    (the analysis's) and "token" (beside it), each (target, draft)."""
+def fit_tables(runs: list[dict], fit: tuple[str, bool], block: str | None = None) -> tuple:
+    """(target, draft) tables of one fit — ("token" | "request", monotone) — on the calibration runs of `block`
+    (every block when None)."""
+    kind, monotone = fit
+    make = step_table if kind == "token" else request_table
+    at = f", block {block}" if block else ""
+    return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone) for m in CAL)
+
+
+def block_tables(out: Path, runs: list[dict], fits: dict[str, tuple[str, bool]]) -> dict:
+    """Per block of the block protocol, each fit's (target, draft) tables on that block's own calibration runs;
+    the first fit's are written to step_tables/."""
     tabs = {}
     (out / "step_tables").mkdir(exist_ok=True)
+    first = next(iter(fits))
     for b in sorted({r["block"] for r in runs if r.get("block")}):
-        cal = {m: calibration_runs(runs, m, b) for m in CAL}
-        tabs[b] = {"token": tuple(step_table(cal[m], f"{m} alone ({CAL[m]}, block {b})") for m in CAL),
-                   "request": tuple(request_table(cal[m], f"{m} alone ({CAL[m]}, block {b})") for m in CAL)}
-        for m, t in zip(CAL, tabs[b]["token"]):
+        tabs[b] = {name: fit_tables(runs, fit, b) for name, fit in fits.items()}
+        for m, t in zip(CAL, tabs[b][first]):
             t.write_csv(out / "step_tables" / f"{b}_{m}.csv", f"vLLM per-step log, {m} alone, block {b}")
-        for m, t in zip(CAL, tabs[b]["request"]):
-            t.write_csv(out / "step_tables" / f"{b}_{m}_requests.csv", f"vLLM per-step log, {m} alone, block {b}")
     return tabs
 
 
@@ -303,24 +309,30 @@ def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]
     return rows, _points(rows)
 
 
+SESSION12 = ("token", True)  # the fit of record until session 13: token-only, monotone
+
+
 def analyze(out: Path) -> dict:
-    """Block-protocol runs are priced by their own block's (tokens, requests) tables (`request_table`); beside
-    them the same runs priced by the block's token-only tables (`token_table`, session 12's figure) and by the
-    request tables pooled over every block (`pooled`)."""
+    """Block-protocol runs are priced by their own block's tables of the fit `vllm_select.select` chose on the
+    plain runs alone; beside them, the same runs priced by the block's token-only monotone tables (session 12's
+    fit of record, `token_monotone`) and by the chosen fit's tables pooled over every block (`pooled`)."""
+    from vllm_select import select  # experiments/vllm_select.py
+
     runs = load_runs(out)
-    cal = {m: calibration_runs(runs, m) for m in CAL}
-    tt, td = (step_table(cal[m], f"{m} alone ({CAL[m]})") for m in CAL)
-    rq = tuple(request_table(cal[m], f"{m} alone ({CAL[m]})") for m in CAL)
-    for m, t in zip(CAL, (tt, td)):
-        t.write_csv(out / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]})")
-    for m, t in zip(CAL, rq):
-        t.write_csv(out / f"step_table_{m}_requests.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]})")
-    tabs = block_tables(out, runs)
-    rows, points = _scored(out, runs, lambda r: tabs[r["block"]]["request"] if r.get("block") in tabs else rq)
+    sel = select(out, runs)
+    fit = (sel["kind"], sel["monotone"])
+    tt, td = fit_tables(runs, SESSION12)
+    pooled = fit_tables(runs, fit)
+    for m, t in zip(CAL, pooled):
+        t.write_csv(out / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]}); fit: "
+                                                  f"{sel['chosen']} (experiments/vllm_select.py)")
+    fits = {"chosen": fit} | ({"token_monotone": SESSION12} if fit != SESSION12 else {})
+    tabs = block_tables(out, runs, fits)
+    rows, points = _scored(out, runs, lambda r: tabs[r["block"]]["chosen"] if r.get("block") in tabs else pooled)
     res = _summary(points, runs, tt, td)
-    beside = {"pooled": lambda r: rq}
-    if tabs:
-        beside["token_table"] = lambda r: tabs[r["block"]]["token"] if r.get("block") in tabs else (tt, td)
+    beside = {"pooled": lambda r: pooled}
+    if tabs and "token_monotone" in fits:
+        beside["token_monotone"] = lambda r: tabs[r["block"]]["token_monotone"] if r.get("block") in tabs else (tt, td)
     for name, pick in beside.items():
         other = _scored(out, runs, pick)[1]
         res[name] = _summary(other, runs, tt, td)
@@ -329,12 +341,10 @@ def analyze(out: Path) -> dict:
             q = by[(p["variant"], p["loop"], p["x"])]
             p.update({f"{name}_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
     if tabs:
-        res["block_tables"] = {b: {m: {"token": _table_info(a), "request": _request_info(c)}
-                                   for m, a, c in zip(CAL, t["token"], t["request"])} for b, t in tabs.items()}
-    res.update(points=points, rows=rows, probes=_probes(runs, out),
-               tables={"target": _table_info(tt), "draft": _table_info(td),
-                       "target_requests": _request_info(rq[0]), "draft_requests": _request_info(rq[1])},
-               holdout=_holdout(runs, rq, (tt, td)),
+        res["block_tables"] = {b: {m: _info(a) for m, a in zip(CAL, t["chosen"])} for b, t in tabs.items()}
+    rq = tuple(request_table(calibration_runs(runs, m), f"{m} alone ({CAL[m]})") for m in CAL)
+    res.update(points=points, rows=rows, probes=_probes(runs, out), table_selection=sel,
+               tables={m: _info(t) for m, t in zip(CAL, pooled)}, holdout=_holdout(runs, rq, (tt, td)),
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
                points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
@@ -355,14 +365,19 @@ def _holdout(runs: list[dict], rq, tok) -> dict:
     return res
 
 
-def _request_info(t: rt.RequestStepTable) -> dict:
-    return {"one_request": _table_info(t.single), "decode": _table_info(t.decode),
-            "unmeasured": t.unmeasured.summary()}
+def _info(t) -> dict:
+    """What the report says of a table: its range, knots, gaps, KV slope and unmeasured steps (per family for a
+    (tokens, requests) table)."""
+    if isinstance(t, rt.RequestStepTable):
+        return {"one_request": _table_info(t.single), "decode": _table_info(t.decode),
+                "unmeasured": t.unmeasured.summary()}
+    return _table_info(t)
 
 
 def _table_info(t: sf.FittedStepTable) -> dict:
     gaps = [[int(a), int(b)] for a, b, c in zip(t.tokens[:-1], t.tokens[1:], t.covered) if not c]
     return {"range": [int(t.tokens[0]), int(t.tokens[-1])], "knots": int(t.tokens.size), "gaps": gaps,
+            "monotone": t.monotone,
             "kv_slope_s_per_token": t.kv_slope_s_per_token, "unmeasured": t.unmeasured.summary()}
 
 

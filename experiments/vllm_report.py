@@ -37,7 +37,7 @@ def plot(out: Path, res: dict) -> Path:
                 c = f"C{i}"
                 ax.errorbar(x, med, yerr=err, fmt="o", color=c, capsize=3, label=f"{v} measured (min-max)")
                 ax.plot(x, [p[f"pred_{key}"] for p in ps], "-x", color=c, label=f"{v} predicted")
-                for name, style, label in (("token_table", "--", "token-only tables"),
+                for name, style, label in (("token_monotone", "--", "session 12's fit"),
                                            ("pooled", ":", "one pooled table")):
                     if f"{name}_pred_{key}" in ps[0]:
                         ax.plot(x, [p[f"{name}_pred_{key}"] for p in ps], style, color=c, alpha=0.6,
@@ -96,19 +96,17 @@ def _head(out: Path, res: dict) -> list[str]:
             "(offline engine, k = 2, 3, 5, calibration over the verification token range, host probes) is "
             "pending: `experiments/vllm_cpu.py measure`.**", ""] if res.get("legacy_runs") else []),
          "Calibration saw only the target and the draft each served alone (cal-target, cal-draft; a run that "
-         "drafted is refused); step tables over (tokens, requests): t(T, R) = t1(T) + td(R) - t1(R), t1 fitted "
-         "on one-request steps (prefill chunks, one-token decodes), td on pure decodes (specsim/validation/"
-         "request_table.py), each with knots at the measured counts, monotone, interpolated between measured counts "
-         "only; the token-only tables of session 12 (every step pooled by its token count) are scored beside. "
+         "drafted is refused); step tables with knots at the measured counts, interpolated between measured counts "
+         f"only, fitted as `experiments/vllm_select.py` chose on the plain runs alone: {_fit_text(res)}. "
          "Acceptance: vLLM's own per-request accepted/drafted counts, replayed step by step. "
          "Every speculative point below is a prediction from each run's own recorded knobs and requests.", "",
          *([f"Block protocol (experiments/vllm_blocks.py): {len(res['block_tables'])} blocks, each one speculative "
             "variant in one repeat, with the engines resident: every grid point measured plain and speculative back "
             "to back (alternating order), the block's own calibration of target and draft (each alone) spread "
             "between the pairs. Each speculative run is paired with its block's plain run, and both are priced by "
-            "the request tables fitted on that block's calibration (block-matched tables were chosen before the runs; "
-            "the (tokens, requests) rule after session 12's runs, docs/validation.md); the block's token-only "
-            "tables and one request table pooled over every block are scored beside them.", ""]
+            "the tables fitted on that block's calibration (block-matched tables were chosen before the runs); "
+            "the block's token-only monotone tables (session 12's fit of record) and the chosen fit pooled over "
+            "every block are scored beside them.", ""]
            if res.get("block_tables") else [])]
     for m, t in sorted(res["tables"].items()):
         for fam, x in (((f, t[f]) for f in ("one_request", "decode")) if "decode" in t else ((None, t),)):
@@ -124,9 +122,9 @@ def _head(out: Path, res: dict) -> list[str]:
              f"{100 * res.get('max_spread_speedup_throughput', float('nan')):.1f}%), TPOT ratio "
              f"{100 * res.get('median_spread_speedup_tpot', float('nan')):.1f}% "
              f"({100 * res.get('max_spread_speedup_tpot', float('nan')):.1f}%)")
-    for name, label in (("token_table", "each block's token-only tables (session 12's analysis)"),
-                        ("pooled", f"one request table pooled over all {len(res.get('block_tables', {}))} blocks' "
-                                   "calibration")):
+    for name, label in (("token_monotone", "each block's token-only monotone tables (session 12's fit of record)"),
+                        ("pooled", f"the chosen fit's tables pooled over all {len(res.get('block_tables', {}))} "
+                                   "blocks' calibration")):
         if res.get(name):
             L.append(_beside(res[name], label))
     for name, h in sorted((res.get("holdout") or {}).items()):
@@ -164,6 +162,21 @@ def _head(out: Path, res: dict) -> list[str]:
     return L
 
 
+def _fit_text(res: dict) -> str:
+    """The chosen fit and every candidate's score on the plain runs (experiments/vllm_select.py)."""
+    sel = res.get("table_selection") or {}
+    if not sel:
+        return "token-only, monotone"
+    what = {"token": "step time against the tokens a step scheduled",
+            "request": "t(T, R) = t1(T) + td(R) - t1(R) over tokens T and requests R (specsim/validation/"
+                       "request_table.py)"}[sel["kind"]]
+    how = "monotone (isotonic)" if sel["monotone"] else "the per-count medians as measured (dips kept)"
+    cands = "; ".join(f"{n} {100 * c['score']:.2f}% (TPOT {100 * c['median_abs_err_tpot_p50']:.1f}%, TTFT "
+                      f"{100 * c['median_abs_err_ttft_p50']:.1f}%)" for n, c in sel["candidates"].items())
+    return (f"**{sel['chosen']}**: {what}, {how}; score = (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over "
+            f"the plain runs, every candidate: {cands}")
+
+
 def _table_line(name: str, t: dict) -> str:
     u = t["unmeasured"]
     return (f"- {name}: measured {t['range'][0]}-{t['range'][1]} tokens at {t['knots']} counts; uncovered gaps "
@@ -193,7 +206,7 @@ def report(out: Path, res: dict) -> Path:
     L = _head(out, res)
     L += ["", "![measured vs predicted](vllm_cpu.png)", "",
           "| variant | point | repeats | measured speedup (thr), median [min, max] | predicted | err | measured "
-          "speedup (TPOT) [min, max] | predicted | err | token-only tables: err thr / TPOT | pooled table: err thr / "
+          "speedup (TPOT) [min, max] | predicted | err | session 12's fit: err thr / TPOT | pooled table: err thr / "
           "TPOT | unmeasured steps |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in pts:
         L.append(f"| {p['variant']} | {p['point']} | {p['repeats']} | {p['meas_speedup_throughput']:.3f} "
@@ -202,7 +215,7 @@ def report(out: Path, res: dict) -> Path:
                  f"{p['meas_speedup_tpot']:.3f} [{p['meas_speedup_tpot_min']:.3f}, {p['meas_speedup_tpot_max']:.3f}]"
                  f" | {p['pred_speedup_tpot']:.3f} | {_pct(p['err_speedup_tpot'])} | "
                  + " | ".join(f"{_pct(p[n + '_err_speedup_throughput'])} / {_pct(p[n + '_err_speedup_tpot'])}"
-                              if f"{n}_err_speedup_tpot" in p else "—" for n in ("token_table", "pooled"))
+                              if f"{n}_err_speedup_tpot" in p else "—" for n in ("token_monotone", "pooled"))
                  + f" | {p['unmeasured_steps']} of {p['priced_steps']} |")
     L += ["", "TTFT p50 and TPOT p50 per mode (seconds; measured median over repeats [min, max] → predicted, error):",
           "", "| variant | point | plain TTFT | plain TPOT | spec TTFT | spec TPOT |", "|---|---|---|---|---|---|"]

@@ -119,3 +119,16 @@ def test_the_written_table_holds_both_families(tmp_path):
     assert body[0] == "family,tokens,time_s,ctx_tokens,steps,raw_median_s"
     assert sum(line.startswith("one_request,") for line in body) == 13  # the chunks and the one-token decode
     assert sum(line.startswith("decode,") for line in body) == 16
+
+
+def test_a_fit_as_measured_keeps_a_measured_dip_and_never_falls_past_its_last_knot():
+    """monotone=False: 2-token steps slower than 4-token ones (as this CPU's decodes) stay so; past the last knot
+    the price continues flat, not down; the default fit pools the dip."""
+    steps = [_step(0, 0, r, r, time_s=t) for r, t in ((1, 0.17), (2, 0.19), (3, 0.17), (4, 0.15), (5, 0.14))
+             for _ in range(3)]
+    raw = sf.fit_step_table(sf.StepSamples.from_steps(steps), monotone=False)
+    assert raw.time_at(2) == pytest.approx(0.19) and raw.time_at(4) == pytest.approx(0.15)
+    assert raw.time_at(8) == pytest.approx(0.14) and raw.unmeasured.above == 1
+    iso = sf.fit_step_table(sf.StepSamples.from_steps(steps))
+    assert iso.time_at(4) >= iso.time_at(2) and iso.monotone and not raw.monotone
+    assert "dips kept" in raw.describe()

@@ -140,12 +140,14 @@ def test_analyze_end_to_end_on_fixture_runs(tmp_path):
     p = res["points"][0]
     assert (p["point"], p["loop"], p["x"], p["k"], p["repeats"]) == ("c2", "closed", 2.0, 3, 1)
     assert p["unmeasured_steps"] == 0 < p["priced_steps"] and p["extrapolated"] is False
-    assert res["tables"]["target"]["range"] == [1, 24]
-    assert res["tables"]["target_requests"]["one_request"]["range"] == [1, 24]
-    assert res["tables"]["target_requests"]["decode"]["range"] == [1, 8]
-    assert "token_table" not in res and "pooled" in res  # no blocks: the pooled request table is the only other
+    t = res["tables"]["target"]
+    assert (t["one_request"] if "decode" in t else t)["range"] == [1, 24]
+    sel = res["table_selection"]
+    assert sel["chosen"] == min(sel["candidates"], key=lambda n: sel["candidates"][n]["score"])
+    assert all(c["runs"] == 1 for c in sel["candidates"].values())  # the one plain run, never the speculative one
+    assert "token_monotone" not in res and "pooled" in res  # no blocks: nothing block-matched to set beside
     for f in ("vllm_cpu.csv", "vllm_cpu.md", "vllm_cpu.png", "vllm_cpu_analysis.json", "step_table_target.csv",
-              "step_table_target_requests.csv"):
+              "table_selection.json"):
         assert (tmp_path / f).exists()
     assert "draft_model-k3" in (tmp_path / "vllm_cpu.md").read_text()
     shutil.rmtree(runs)
@@ -294,8 +296,7 @@ def test_analyze_flags_a_point_predicted_outside_the_calibration(tmp_path):
     res = va.analyze(tmp_path)
     p = res["points"][0]
     assert p["extrapolated"] and p["unmeasured_steps"] > 0
-    rq = res["tables"]["target_requests"]
-    assert rq["one_request"]["range"] == [1, 3] and rq["unmeasured"]["unmeasured_above"]
+    assert res["tables"]["target"]["unmeasured"]["unmeasured_above"]
     assert "outside the measured range" in (tmp_path / "vllm_cpu.md").read_text()
 
 
@@ -321,9 +322,9 @@ def test_block_runs_are_priced_by_their_own_blocks_calibration(tmp_path):
     assert [r["repeat"] for r in rows] == [0, 1]
     assert rows[1]["pred_plain_tpot_p50_s"] == pytest.approx(2 * rows[0]["pred_plain_tpot_p50_s"], rel=1e-9)
     assert rows[1]["pred_speedup_throughput"] == pytest.approx(rows[0]["pred_speedup_throughput"], rel=1e-9)
-    assert set(res["block_tables"]) == {"r0-draft-k3", "r1-draft-k3"} and "pooled" in res and "token_table" in res
+    assert set(res["block_tables"]) == {"r0-draft-k3", "r1-draft-k3"} and "pooled" in res
+    assert ("token_monotone" in res) == (res["table_selection"]["chosen"] != "token, monotone")
     assert (tmp_path / "step_tables" / "r1-draft-k3_target.csv").exists()
-    assert (tmp_path / "step_tables" / "r1-draft-k3_target_requests.csv").exists()
     assert rows[0]["unmeasured_steps"] == 0
 
 
@@ -366,3 +367,24 @@ def test_the_protocol_calibrates_the_range_its_grid_needs():
         cfg = vc.run_config(name, m)
         assert (cfg["k"] > 0) == name.startswith("draft") and cfg["arrival"] == "offline"
         assert vc.engine_kwargs(m)["enable_prefix_caching"] is False
+
+
+def test_the_fit_is_chosen_on_plain_runs_without_reading_a_speculative_one(tmp_path):
+    """experiments/vllm_select.py: a speculative run whose steps are garbage changes nothing (it is never read);
+    the chosen fit is the lowest score, and it is what the analysis then prices with."""
+    vs = pytest.importorskip("vllm_select")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cal = json.loads((FIX / "offline_cal_run.json").read_text())
+    spec = _spec()
+    for name, r in (("cal-target", cal), ("cal-draft", dict(copy.deepcopy(cal), mode="cal-draft")),
+                    ("plain", _plain(spec)), ("draft-k3", spec), *_chunks(cal)):
+        (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(r))
+    loaded = va.load_runs(tmp_path)
+    first = vs.select(tmp_path, loaded)
+    for r in loaded:
+        if r["mode"] == "draft-k3":
+            r["steps"] = [{"time_s": "garbage"}]
+    again = vs.select(tmp_path, loaded)
+    assert again == first and set(first["candidates"]) == set(vs.CANDIDATES)
+    assert first["chosen"] == min(first["candidates"], key=lambda n: first["candidates"][n]["score"])

@@ -59,7 +59,7 @@ class RooflinePricer:
 class StepTable:
     """Step time against tokens scheduled in the step (knots strictly increasing, times > 0)."""
 
-    def __init__(self, tokens, time_s, where: str = "step table"):
+    def __init__(self, tokens, time_s, where: str = "step table", envelope: bool = True):
         t = np.asarray(tokens, dtype=np.float64)
         s = np.asarray(time_s, dtype=np.float64)
         if t.size < 2 or t.size != s.size:
@@ -74,8 +74,11 @@ class StepTable:
             raise ConfigError("step times must be positive", file=where, field="time_s", value=float(s.min()),
                               allowed="(0, inf)")
         # a step over more tokens is not faster beyond measurement noise; priced on the monotone envelope, so
-        # extrapolation past the last knot never falls (a falling table gave negative step times)
-        s = rising(s, [("tokens", t)], where)
+        # extrapolation past the last knot never falls (a falling table gave negative step times). envelope=False
+        # only for a table fitted to a measured per-step log whose dips rest on many steps
+        # (specsim.validation.step_fit, monotone=False), which prices past its last knot flat or rising
+        if envelope:
+            s = rising(s, [("tokens", t)], where)
         self.tokens, self.time_s, self.where = t, s, where
 
     def time_at(self, T: float) -> float:

@@ -132,17 +132,18 @@ def _quiet(t: FittedStepTable, T: float, ctx: float | None) -> float:
     return v
 
 
-def fit_request_table(steps: list[dict], where: str = "request step table") -> RequestStepTable:
-    """Both families fitted as `fit_step_table` fits one (knots at measured counts, isotonic, KV slope)."""
+def fit_request_table(steps: list[dict], where: str = "request step table", monotone: bool = True) -> RequestStepTable:
+    """Both families fitted as `fit_step_table` fits one (knots at measured counts, isotonic unless
+    monotone=False, KV slope)."""
     f = Families.split(steps, where)
     if not f.single or not f.decode:
         raise ConfigError("a (tokens, requests) table needs one-request steps and multi-request decode steps",
                           file=where, field="steps", value=f"{len(f.single)} one-request, {len(f.decode)} decode",
                           allowed=">= 2 distinct counts of each")
-    single = fit_step_table(StepSamples.from_steps(f.single, where), where=f"{where}: one request")
+    single = fit_step_table(StepSamples.from_steps(f.single, where), where=f"{where}: one request", monotone=monotone)
     # a pure decode's token count is its request count: the decode table's axis is both
     decode = fit_step_table(StepSamples.from_steps(f.decode + [s for s in f.single if _is_decode1(s)], where),
-                            where=f"{where}: decodes")
+                            where=f"{where}: decodes", monotone=monotone)
     return RequestStepTable(single, decode, where=where)
 
 

@@ -144,8 +144,9 @@ class FittedStepTable(StepTable):
     """A monotone step table with knots at measured counts that counts every price it had to guess."""
 
     def __init__(self, tokens, time_s, ctx_tokens, steps, raw_median_s, kv_slope_s_per_token: float,
-                 where: str = "fitted step table"):
-        super().__init__(tokens, time_s, where=where)
+                 where: str = "fitted step table", monotone: bool = True):
+        super().__init__(tokens, time_s, where=where, envelope=monotone)
+        self.monotone = bool(monotone)
         self.ctx_tokens = np.asarray(ctx_tokens, float)
         self.steps = np.asarray(steps, np.int64)
         self.raw_median_s = np.asarray(raw_median_s, float)
@@ -174,6 +175,8 @@ class FittedStepTable(StepTable):
         t, s = self.tokens, self.time_s
         if where == "below":
             base = float(s[0])  # no step is cheaper than the smallest measured one (monotone)
+        elif where == "above":  # continued along the last segment, never falling (a table fitted with dips may)
+            base = float(s[-1] + max(0.0, (s[-1] - s[-2]) / (t[-1] - t[-2])) * (T - t[-1]))
         else:
             base = StepTable.time_at(self, T)
         if ctx is None or self.kv_slope_s_per_token == 0.0 or not np.isfinite(self.ctx_tokens).all():
@@ -190,7 +193,8 @@ class FittedStepTable(StepTable):
     def describe(self) -> str:
         """One line: how the table was fitted, its KV slope, measured range and uncovered gaps."""
         gaps = [f"{int(a)}-{int(b)}" for a, b, c in zip(self.tokens[:-1], self.tokens[1:], self.covered) if not c]
-        return (f"knots at measured token counts, monotone (isotonic) fit; kv_slope_s_per_token: "
+        fit = "monotone (isotonic) fit" if self.monotone else "per-count medians as measured (dips kept)"
+        return (f"knots at measured token counts, {fit}; kv_slope_s_per_token: "
                 f"{self.kv_slope_s_per_token:.6g}; measured range {int(self.tokens[0])}-{int(self.tokens[-1])}"
                 f" tokens; uncovered gaps: {', '.join(gaps) or 'none'}")
 
@@ -231,9 +235,10 @@ def _kv_slope(tok: np.ndarray, ts: np.ndarray, kv: np.ndarray) -> float:
     return max(0.0, math.fsum(num) / d) if d > 0 else 0.0
 
 
-def fit_step_table(samples: StepSamples, where: str = "fitted step table") -> FittedStepTable:
+def fit_step_table(samples: StepSamples, where: str = "fitted step table", monotone: bool = True) -> FittedStepTable:
     """Knots at every measured count; per knot the median step time (robust to a host's hiccups) weighted by its
-    step count; isotonic regression; the KV slope from within-knot deviations."""
+    step count; isotonic regression (monotone=False: the per-count medians as measured, dips kept); the KV slope
+    from within-knot deviations."""
     tok, ts, kv = samples.tokens, samples.time_s, samples.ctx_tokens
     knots = np.unique(tok)
     if knots.size < 2:
@@ -244,5 +249,5 @@ def fit_step_table(samples: StepSamples, where: str = "fitted step table") -> Fi
     n = np.array([int((tok == T).sum()) for T in knots])
     ctx = np.array([float(np.median(kv[tok == T])) for T in knots]) if np.isfinite(kv).all() \
         else np.full(knots.size, np.nan)
-    fit = isotonic_regression(med, weights=n.astype(float), increasing=True).x
-    return FittedStepTable(knots, np.maximum(fit, 1e-9), ctx, n, med, slope, where=where)
+    fit = isotonic_regression(med, weights=n.astype(float), increasing=True).x if monotone else med
+    return FittedStepTable(knots, np.maximum(fit, 1e-9), ctx, n, med, slope, where=where, monotone=monotone)

@@ -1,0 +1,83 @@
+"""Which step-table fit the vLLM analysis uses, chosen on runs WITHOUT speculation only.
+
+    .venv/bin/python experiments/vllm_select.py --out experiments/results/vllm_cpu_lockstep2
+
+Why (issue 24, session 13): on this CPU the target's decode step is not monotone in its size (2-3 tokens slower
+than 4-6, in the plain runs as in the calibration: docs/validation.md), so whether a fit may keep such dips, and
+whether steps are priced along tokens alone or along (tokens, requests), is a modelling choice. It is made here on
+what the speedup's prediction never compares against: every plain grid run (target alone, no drafts) is predicted
+with each candidate's tables fitted on its own block's calibration, and the candidate with the lowest score wins:
+
+    score = (median |TPOT p50 error| + median |TTFT p50 error|) / 2    over every plain grid run
+
+Candidates: token-only or (tokens, requests) table (`specsim.validation.request_table`), each monotone (isotonic)
+or with the per-count medians as measured. Nothing speculative is read: the runs' modes are filtered to "plain",
+"cal-target" and "cal-draft" before anything else. Writes table_selection.json beside the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
+
+import vllm_analyze as va  # noqa: E402
+from vllm_predict import predict  # noqa: E402
+
+CANDIDATES = {"token, monotone": ("token", True), "token, as measured": ("token", False),
+              "requests, monotone": ("request", True), "requests, as measured": ("request", False)}
+
+
+def score(out: Path, runs: list[dict], fit: tuple[str, bool]) -> dict:
+    """Per plain run: relative error of TPOT p50 and TTFT p50, each run priced by its block's target table (the
+    pooled one for a run outside the block protocol)."""
+    blocks = sorted({r["block"] for r in runs if r.get("block")})
+    tables = {b: va.fit_tables(runs, fit, b)[0] for b in blocks}
+    pooled = va.fit_tables(runs, fit)[0] if any(not r.get("block") for r in runs if r.get("mode") == "plain") \
+        else None
+    tpot, ttft = [], []
+    for r in (r for r in runs if r.get("mode") == "plain"):
+        t = tables.get(r.get("block"), pooled)
+        p, m = predict(r, r["cfg"], t, None, va.kv_blocks(out, r)), va.measured(r)
+        tpot.append(p["tpot_p50"] / m["tpot_p50"] - 1.0)
+        ttft.append(p["ttft_p50"] / m["ttft_p50"] - 1.0)
+    if not tpot:
+        raise SystemExit(f"vllm_select: no plain runs in {out} to choose a step-table fit on")
+    a, b = np.abs(tpot), np.abs(ttft)
+    return {"runs": len(tpot), "median_abs_err_tpot_p50": float(np.median(a)),
+            "median_abs_err_ttft_p50": float(np.median(b)), "score": float((np.median(a) + np.median(b)) / 2),
+            "median_err_tpot_p50": float(np.median(tpot)), "median_err_ttft_p50": float(np.median(ttft))}
+
+
+def select(out: Path, runs: list[dict] | None = None) -> dict:
+    """The chosen fit (lowest score) and every candidate's score; `runs` (as vllm_analyze.load_runs) are filtered
+    to plain and calibration runs first, so nothing speculative is read."""
+    runs = [r for r in (va.load_runs(out) if runs is None else runs)
+            if r.get("mode") in ("plain", "cal-target", "cal-draft")]
+    res = {name: score(out, runs, fit) for name, fit in CANDIDATES.items()}
+    best = min(res, key=lambda n: res[n]["score"])
+    sel = {"chosen": best, "kind": CANDIDATES[best][0], "monotone": CANDIDATES[best][1], "candidates": res,
+           "criterion": "lowest (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over plain grid runs"}
+    (out / "table_selection.json").write_text(json.dumps(sel, indent=1, sort_keys=True))
+    return sel
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="a results folder of experiments/vllm_cpu.py measure")
+    sel = select(ap.parse_args().out)
+    for name, r in sel["candidates"].items():
+        print(f"{name:24s} score {r['score']:.2%}: TPOT p50 |err| {r['median_abs_err_tpot_p50']:.2%} (median "
+              f"{r['median_err_tpot_p50']:+.2%}), TTFT p50 |err| {r['median_abs_err_ttft_p50']:.2%} (median "
+              f"{r['median_err_ttft_p50']:+.2%}) over {r['runs']} plain runs")
+    print(f"chosen: {sel['chosen']}")
+
+
+if __name__ == "__main__":
+    main()
