@@ -22,8 +22,10 @@
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from specsim.validation import request_table as rt  # noqa: E402
 from specsim.validation import step_fit as sf  # noqa: E402
 from specsim.validation import vllm_outputs as vr  # noqa: E402
 from specsim.validation import vllm_runs as vrun  # noqa: E402
+from vllm_host import block_drift, join_lag, probes  # noqa: E402  (experiments/vllm_host.py)
 from vllm_predict import predict  # noqa: E402  (experiments/vllm_predict.py)
 
 CAL = {"target": "cal-target", "draft": "cal-draft"}
@@ -212,71 +215,6 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
     return res
 
 
-def _probes(runs: list[dict], out: Path | None = None) -> list[dict]:
-    """The host-speed probe each session (or each engine at a block's start and end) recorded (reported, never
-    used to correct a figure)."""
-    files = sorted((out / "probes").glob("*_before.json")) + sorted((out / "probes").glob("*_after.json")) \
-        if out is not None and (out / "probes").is_dir() else []
-    if files:
-        ps = [json.loads(f.read_text()) for f in files]
-        return sorted(({"session": p["session"], "mode": p.get("mode"), "probe_step_s": p.get("median_step_s"),
-                        "host_probe_s": p.get("host_probe_s"), "cpu": None} for p in ps), key=lambda p: p["session"])
-    seen = {}
-    for r in runs:
-        p = r.get("probe")
-        if p and p.get("session") not in seen:
-            seen[p.get("session")] = {"session": p.get("session"), "mode": r.get("mode"),
-                                      "probe_step_s": p.get("median_step_s"), "host_probe_s": p.get("host_probe_s"),
-                                      "cpu": r.get("cpu_model")}
-    return [seen[k] for k in sorted(seen, key=str)]
-
-
-def block_drift(runs: list[dict], out: Path) -> list[dict]:
-    """Per block, the same work timed again: the target's 1-request decode (its calibration point cal-dec1 and the
-    plain c1 point, median step) and the target engine's probe at the block's start and end: how far the host moved
-    between blocks, which the block-matched tables follow and one pooled table cannot."""
-    rows = []
-    for b in sorted({r["block"] for r in runs if r.get("block")}, key=lambda b: min(
-            r.get("wall_clock", 0.0) for r in runs if r.get("block") == b)):
-        def med(mode, point, b=b):
-            ts = [s["time_s"] for r in runs if (r.get("block"), r.get("mode"), r.get("point")) == (b, mode, point)
-                  for s in r["steps"] if s["gen_requests"] == 1 and s["ctx_tokens"] == 0]
-            return float(np.median(ts)) if ts else None
-
-        files = {t: out / "probes" / f"{b}_P_{t}.json" for t in ("before", "after")}
-        pr = {t: json.loads(f.read_text()).get("median_step_s") if f.exists() else None for t, f in files.items()}
-        spec = [r for r in runs if r.get("block") == b and r.get("mode") not in ("plain", *CAL.values())]
-        rows.append({"block": b, "cal_dec1_step_s": med("cal-target", "cal-dec1"),
-                     "plain_c1_step_s": med("plain", "c1"), "probe_before_s": pr["before"],
-                     "probe_after_s": pr["after"], "spec_c2_prefill_ratio": _first_prefill_ratio(spec, "c2"),
-                     "spec_touched": any((r.get("config") or {}).get("touch_before_s") is not None for r in spec)})
-    return rows
-
-
-def _first_prefill_ratio(runs: list[dict], point: str) -> float | None:
-    """The first prefill step of a run at `point` over its second (c2: the first pair's prompts, then the next
-    pair's, 36 and 39 tokens): well above 1 where the engine ran its first step slow after sitting idle."""
-    for r in (r for r in runs if r.get("point") == point):
-        pre = [s["time_s"] for s in r["steps"] if s["ctx_tokens"] > 0]
-        if len(pre) >= 2:
-            return float(pre[0] / pre[1])
-    return None
-
-
-def join_lag(runs: list[dict]) -> dict:
-    """Steps between a request's addition and its first step, less one, as the offline harness recorded them: for
-    requests added while others were in flight (each run's prediction uses its own median, vllm_runs.run_config;
-    1 is assumed where a run recorded none) and for those added to an idle engine."""
-    busy, idle = [], []
-    for r in runs:
-        for a, f, b in zip(r.get("added_step") or [], r.get("first_scheduled_step") or [],
-                           r.get("inflight_at_add") or []):
-            if f is not None:
-                (busy if a > 0 and b else idle).append(f - a - 1)
-    return {"busy_median": float(np.median(busy)) if busy else None, "busy_n": len(busy),
-            "at_start_median": float(np.median(idle)) if idle else None, "at_start_n": len(idle)}
-
-
 def fit_tables(runs: list[dict], fit: tuple[str, bool], block: str | None = None) -> tuple:
     """(target, draft) tables of one fit — ("token" | "request", monotone) — on the calibration runs of `block`
     (every block when None)."""
@@ -312,22 +250,31 @@ def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]
 SESSION12 = ("token", True)  # the fit of record until session 13: token-only, monotone
 
 
-def analyze(out: Path) -> dict:
+def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
+            fit_from: Path | None = None) -> dict:
     """Block-protocol runs are priced by their own block's tables of the fit `vllm_select.select` chose on the
-    plain runs alone; beside them, the same runs priced by the block's token-only monotone tables (session 12's
-    fit of record, `token_monotone`) and by the chosen fit's tables pooled over every block (`pooled`)."""
-    from vllm_select import select  # experiments/vllm_select.py
+    plain runs alone (or the fit a committed table_selection.json names: `fit_from`); beside them, the same runs
+    priced by the block's token-only monotone tables (session 12's fit of record, `token_monotone`) and by the
+    chosen fit's tables pooled over every block (`pooled`). `blocks` (glob patterns) keeps those blocks' runs only;
+    what is written goes to `dst` (default: `out`)."""
+    from vllm_select import fixed, select  # experiments/vllm_select.py
 
-    runs = load_runs(out)
-    sel = select(out, runs)
+    dst = out if dst is None else dst
+    dst.mkdir(parents=True, exist_ok=True)
+    if dst != out and (out / "measurement.json").exists():
+        shutil.copy(out / "measurement.json", dst / "measurement.json")
+    runs = [r for r in load_runs(out) if not blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in blocks)]
+    if not runs:
+        raise SystemExit(f"vllm_analyze: no runs in {out / 'runs'}" + (f" of blocks {blocks}" if blocks else ""))
+    sel = fixed(fit_from) if fit_from else select(out, runs, dst)
     fit = (sel["kind"], sel["monotone"])
     tt, td = fit_tables(runs, SESSION12)
     pooled = fit_tables(runs, fit)
     for m, t in zip(CAL, pooled):
-        t.write_csv(out / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]}); fit: "
+        t.write_csv(dst / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]}); fit: "
                                                   f"{sel['chosen']} (experiments/vllm_select.py)")
     fits = {"chosen": fit} | ({"token_monotone": SESSION12} if fit != SESSION12 else {})
-    tabs = block_tables(out, runs, fits)
+    tabs = block_tables(dst, runs, fits)
     rows, points = _scored(out, runs, lambda r: tabs[r["block"]]["chosen"] if r.get("block") in tabs else pooled)
     res = _summary(points, runs, tt, td)
     beside = {"pooled": lambda r: pooled}
@@ -343,14 +290,14 @@ def analyze(out: Path) -> dict:
     if tabs:
         res["block_tables"] = {b: {m: _info(a) for m, a in zip(CAL, t["chosen"])} for b, t in tabs.items()}
     rq = tuple(request_table(calibration_runs(runs, m), f"{m} alone ({CAL[m]})") for m in CAL)
-    res.update(points=points, rows=rows, probes=_probes(runs, out), table_selection=sel,
+    res.update(points=points, rows=rows, probes=probes(runs, out), table_selection=sel,
                tables={m: _info(t) for m, t in zip(CAL, pooled)}, holdout=_holdout(runs, rq, (tt, td)),
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
                points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
                legacy_runs=sum(1 for r in runs if not r.get("config")), runs=len(runs), join_lag_steps=join_lag(runs),
                blocks=block_drift(runs, out))
-    _write(out, res)
+    _write(dst, res)
     return res
 
 

@@ -236,6 +236,9 @@ def main() -> None:
                             "on its own busy clock (measure into its own --out)")
     an = sub.add_parser("analyze", help="calibrate (runs without speculation only), predict, compare, plot")
     an.add_argument("--out", default=str(OUT))
+    an.add_argument("--report", help="write the analysis here instead of --out (with --blocks)")
+    an.add_argument("--blocks", nargs="+", help="only the runs of these blocks (glob patterns, e.g. 'r3-*')")
+    an.add_argument("--fit-from", help="use the fit this table_selection.json chose instead of choosing again")
     a = ap.parse_args()
     if a.cmd == "measure":
         cmd_measure(a)
@@ -252,7 +255,7 @@ def main() -> None:
     else:
         from vllm_analyze import analyze  # experiments/vllm_analyze.py
 
-        analyze(Path(a.out))
+        analyze(Path(a.out), Path(a.report) if a.report else None, a.blocks, Path(a.fit_from) if a.fit_from else None)
 
 
 if __name__ == "__main__":

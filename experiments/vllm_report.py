@@ -37,10 +37,10 @@ def plot(out: Path, res: dict) -> Path:
                 c = f"C{i}"
                 ax.errorbar(x, med, yerr=err, fmt="o", color=c, capsize=3, label=f"{v} measured (min-max)")
                 ax.plot(x, [p[f"pred_{key}"] for p in ps], "-x", color=c, label=f"{v} predicted")
-                for name, style, label in (("token_monotone", "--", "session 12's fit"),
-                                           ("pooled", ":", "one pooled table")):
-                    if f"{name}_pred_{key}" in ps[0]:
-                        ax.plot(x, [p[f"{name}_pred_{key}"] for p in ps], style, color=c, alpha=0.6,
+                for other, style, label in (("token_monotone", "--", "session 12's fit"),
+                                            ("pooled", ":", "one pooled table")):
+                    if f"{other}_pred_{key}" in ps[0]:
+                        ax.plot(x, [p[f"{other}_pred_{key}"] for p in ps], style, color=c, alpha=0.6,
                                 label=f"{v} predicted, {label}")
                 flagged = [p for p in ps if p["unmeasured_steps"]]
                 if flagged:

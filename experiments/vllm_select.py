@@ -55,7 +55,7 @@ def score(out: Path, runs: list[dict], fit: tuple[str, bool]) -> dict:
             "median_err_tpot_p50": float(np.median(tpot)), "median_err_ttft_p50": float(np.median(ttft))}
 
 
-def select(out: Path, runs: list[dict] | None = None) -> dict:
+def select(out: Path, runs: list[dict] | None = None, dst: Path | None = None) -> dict:
     """The chosen fit (lowest score) and every candidate's score; `runs` (as vllm_analyze.load_runs) are filtered
     to plain and calibration runs first, so nothing speculative is read."""
     runs = [r for r in (va.load_runs(out) if runs is None else runs)
@@ -64,8 +64,17 @@ def select(out: Path, runs: list[dict] | None = None) -> dict:
     best = min(res, key=lambda n: res[n]["score"])
     sel = {"chosen": best, "kind": CANDIDATES[best][0], "monotone": CANDIDATES[best][1], "candidates": res,
            "criterion": "lowest (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over plain grid runs"}
-    (out / "table_selection.json").write_text(json.dumps(sel, indent=1, sort_keys=True))
+    (out if dst is None else dst).joinpath("table_selection.json").write_text(json.dumps(sel, indent=1,
+                                                                                          sort_keys=True))
     return sel
+
+
+def fixed(path: Path) -> dict:
+    """The fit a committed table_selection.json chose (to score blocks measured after that choice with it)."""
+    sel = json.loads(Path(path).read_text())
+    if sel.get("chosen") not in CANDIDATES or CANDIDATES[sel["chosen"]] != (sel.get("kind"), sel.get("monotone")):
+        raise SystemExit(f"vllm_select: {path}: chosen = {sel.get('chosen')!r} is not one of {list(CANDIDATES)}")
+    return dict(sel, fixed_from=str(path))
 
 
 def main() -> None:

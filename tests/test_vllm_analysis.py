@@ -18,6 +18,7 @@ from specsim.validation import vllm_runs as vrun
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 vp = pytest.importorskip("vllm_predict")
 va = pytest.importorskip("vllm_analyze")
+vh = pytest.importorskip("vllm_host")
 FIX = Path(__file__).parent / "fixtures" / "vllm"
 FLAT = StepTable([1, 10_000], [0.1, 0.1])  # every step 0.1 s: step counts read straight off the times
 
@@ -252,7 +253,7 @@ def test_harness_records_steps_and_acceptance_the_analysis_reads():
     assert d["added_step"] == [0, 0, d["added_step"][2]] and d["added_step"][2] > 0
     assert d["first_scheduled_step"][2] == d["added_step"][2] + 1  # this fake engine takes it in the next step
     assert d["inflight_at_add"] == [0, 1, 1]  # the third joins while the second still runs
-    assert va.join_lag([d]) == {"busy_median": 0.0, "busy_n": 1, "at_start_median": 0.0, "at_start_n": 2}
+    assert vh.join_lag([d]) == {"busy_median": 0.0, "busy_n": 1, "at_start_median": 0.0, "at_start_n": 2}
     d["config"] = {"arrival": "offline", "concurrency": 2}
     assert (vrun.run_config(d)["join_lag_steps"], vrun.run_config(d)["join_lag_source"]) == (0, "measured")
     d["first_scheduled_step"][2] += 1  # an engine that takes it one step late: the run says so, the model follows
@@ -326,6 +327,14 @@ def test_block_runs_are_priced_by_their_own_blocks_calibration(tmp_path):
     assert ("token_monotone" in res) == (res["table_selection"]["chosen"] != "token, monotone")
     assert (tmp_path / "step_tables" / "r1-draft-k3_target.csv").exists()
     assert rows[0]["unmeasured_steps"] == 0
+    # blocks measured after a fit was chosen, scored alone with that fit: nothing re-chosen, nothing overwritten
+    before = (tmp_path / "vllm_cpu.md").read_text()
+    only = va.analyze(tmp_path, tmp_path / "r1_only", ["r1-*"], tmp_path / "table_selection.json")
+    assert [r["repeat"] for r in only["rows"]] == [1] and set(only["block_tables"]) == {"r1-draft-k3"}
+    assert only["table_selection"]["fixed_from"].endswith("table_selection.json")
+    assert only["table_selection"]["chosen"] == res["table_selection"]["chosen"]
+    assert (tmp_path / "r1_only" / "vllm_cpu.md").exists() and (tmp_path / "vllm_cpu.md").read_text() == before
+    assert not (tmp_path / "r1_only" / "table_selection.json").exists()
 
 
 def test_the_protocol_calibrates_the_range_its_grid_needs():

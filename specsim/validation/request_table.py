@@ -17,6 +17,10 @@ A one-request step reads t1 alone, a pure decode td alone; every other step (a v
 prefill, a mixed step) reads both. A step whose T is outside t1's measured range, or whose R is outside td's or
 t1's, is priced and counted in `unmeasured`, as `FittedStepTable` counts. Multi-request prefill steps (the first
 step of every cal-decC run) are in neither family: `holdout` scores the rule on them, a check no fit saw.
+
+On the 2026-12-02 lockstep campaign it fails that check (multi-request prefills priced +15% median, where the
+token-only table is unbiased) and loses to the token-only table on the plain runs; it stays a candidate of
+experiments/vllm_select.py, which chooses the fit on plain runs alone (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -126,10 +130,7 @@ class RequestStepTable:
 
 def _quiet(t: FittedStepTable, T: float, ctx: float | None) -> float:
     """The table's price without counting it (the 2-D table counts each step once, in `_count`)."""
-    saved = (t.unmeasured.below, t.unmeasured.above, t.unmeasured.gap, t.unmeasured.queries, set(t.unmeasured.tokens))
-    v = t.time_at(T, ctx)
-    (t.unmeasured.below, t.unmeasured.above, t.unmeasured.gap, t.unmeasured.queries, t.unmeasured.tokens) = saved
-    return v
+    return t.time_at(T, ctx, count=False)
 
 
 def fit_request_table(steps: list[dict], where: str = "request step table", monotone: bool = True) -> RequestStepTable:

@@ -166,12 +166,15 @@ class FittedStepTable(StepTable):
             return "in"
         return "in" if self.covered[j - 1] else "gap"
 
-    def time_at(self, T: float, ctx: float | None = None) -> float:
+    def time_at(self, T: float, ctx: float | None = None, count: bool = True) -> float:
+        """Seconds for a step of T tokens (at KV context ctx); counted in `unmeasured` unless count=False (a
+        caller that counts the step itself)."""
         where = self.classify(T)
-        self.unmeasured.queries += 1
-        if where != "in":
-            setattr(self.unmeasured, where, getattr(self.unmeasured, where) + 1)
-            self.unmeasured.tokens.add(int(T))
+        if count:
+            self.unmeasured.queries += 1
+            if where != "in":
+                setattr(self.unmeasured, where, getattr(self.unmeasured, where) + 1)
+                self.unmeasured.tokens.add(int(T))
         t, s = self.tokens, self.time_s
         if where == "below":
             base = float(s[0])  # no step is cheaper than the smallest measured one (monotone)
