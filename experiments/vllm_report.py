@@ -135,6 +135,12 @@ def _head(out: Path, res: dict) -> list[str]:
                      f"{_pct(h['request_table_median_err'])} [p10 {_pct(h['request_table_p10_err'])}, p90 "
                      f"{_pct(h['request_table_p90_err'])}]; token-only table {_pct(h['token_table_median_err'])} "
                      f"[{_pct(h['token_table_p10_err'])}, {_pct(h['token_table_p90_err'])}]")
+    return L + _per_variant(res)
+
+
+def _per_variant(res: dict) -> list[str]:
+    """Per speculative variant: α, c, eq. (5), the errors and the break-evens; then the join lag and the probes."""
+    L = []
     for v, s in sorted(res["variants"].items()):
         eq5 = "n/a" if s["speedup_eq5"] is None else f"{s['speedup_eq5']:.3f}"
         e = {k: 100 * s[f"median_abs_err_{k}"] for k in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s",
