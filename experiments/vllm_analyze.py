@@ -81,13 +81,13 @@ def calibration_runs(runs: list[dict], model: str, block: str | None = None) -> 
 
 
 def step_table(runs: list[dict], where: str, monotone: bool = True) -> sf.FittedStepTable:
-    """The token-only table (session 12's figure; scored beside the request table)."""
+    """Step time against the tokens a step scheduled (a candidate of experiments/vllm_select.py)."""
     steps = [s for r in runs for s in r["steps"]]
     return sf.fit_step_table(sf.StepSamples.from_steps(steps, where), where=where, monotone=monotone)
 
 
 def request_table(runs: list[dict], where: str, monotone: bool = True) -> rt.RequestStepTable:
-    """The (tokens, requests) table: the analysis's table (specsim.validation.request_table)."""
+    """The (tokens, requests) table (specsim.validation.request_table; a candidate of experiments/vllm_select.py)."""
     return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where, monotone=monotone)
 
 
@@ -215,13 +215,14 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
     return res
 
 
-def fit_tables(runs: list[dict], fit: tuple[str, bool], block: str | None = None) -> tuple:
-    """(target, draft) tables of one fit — ("token" | "request", monotone) — on the calibration runs of `block`
-    (every block when None)."""
+def fit_tables(runs: list[dict], fit: tuple[str, bool], block: str | None = None, models=tuple(CAL)) -> tuple:
+    """The tables of `models` (default: target, draft) of one fit — ("token" | "request", monotone) — on the
+    calibration runs of `block` (every block when None)."""
     kind, monotone = fit
     make = step_table if kind == "token" else request_table
     at = f", block {block}" if block else ""
-    return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone) for m in CAL)
+    return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone)
+                 for m in models)
 
 
 def block_tables(out: Path, runs: list[dict], fits: dict[str, tuple[str, bool]]) -> dict:

@@ -38,9 +38,9 @@ def score(out: Path, runs: list[dict], fit: tuple[str, bool]) -> dict:
     """Per plain run: relative error of TPOT p50 and TTFT p50, each run priced by its block's target table (the
     pooled one for a run outside the block protocol)."""
     blocks = sorted({r["block"] for r in runs if r.get("block")})
-    tables = {b: va.fit_tables(runs, fit, b)[0] for b in blocks}
-    pooled = va.fit_tables(runs, fit)[0] if any(not r.get("block") for r in runs if r.get("mode") == "plain") \
-        else None
+    tables = {b: va.fit_tables(runs, fit, b, ("target",))[0] for b in blocks}
+    pooled = va.fit_tables(runs, fit, None, ("target",))[0] \
+        if any(not r.get("block") for r in runs if r.get("mode") == "plain") else None
     tpot, ttft = [], []
     for r in (r for r in runs if r.get("mode") == "plain"):
         t = tables.get(r.get("block"), pooled)
@@ -71,9 +71,15 @@ def select(out: Path, runs: list[dict] | None = None, dst: Path | None = None) -
 
 def fixed(path: Path) -> dict:
     """The fit a committed table_selection.json chose (to score blocks measured after that choice with it)."""
-    sel = json.loads(Path(path).read_text())
-    if sel.get("chosen") not in CANDIDATES or CANDIDATES[sel["chosen"]] != (sel.get("kind"), sel.get("monotone")):
-        raise SystemExit(f"vllm_select: {path}: chosen = {sel.get('chosen')!r} is not one of {list(CANDIDATES)}")
+    try:
+        sel = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"vllm_select: {path}: not a readable table_selection.json "
+                         f"({e.__class__.__name__}: {e})") from None
+    chosen = sel.get("chosen") if isinstance(sel, dict) else None
+    if chosen not in CANDIDATES or CANDIDATES[chosen] != (sel.get("kind"), sel.get("monotone")):
+        raise SystemExit(f"vllm_select: {path}: chosen = {chosen!r} (kind, monotone) is not one of "
+                         f"{dict(CANDIDATES)}")
     return dict(sel, fixed_from=str(path))
 
 

@@ -397,3 +397,14 @@ def test_the_fit_is_chosen_on_plain_runs_without_reading_a_speculative_one(tmp_p
     again = vs.select(tmp_path, loaded)
     assert again == first and set(first["candidates"]) == set(vs.CANDIDATES)
     assert first["chosen"] == min(first["candidates"], key=lambda n: first["candidates"][n]["score"])
+
+
+@pytest.mark.parametrize("text", [None, "{not json", "[1, 2]", '{"chosen": "token, monotone", "kind": "token", '
+                                  '"monotone": false}', '{"chosen": "bogus"}'])
+def test_a_bad_fit_file_is_one_line_not_a_traceback(tmp_path, text):
+    vs = pytest.importorskip("vllm_select")
+    f = tmp_path / "table_selection.json"
+    if text is not None:
+        f.write_text(text)
+    with pytest.raises(SystemExit, match="vllm_select: .*table_selection.json"):
+        vs.fixed(f)

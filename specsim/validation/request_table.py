@@ -90,18 +90,22 @@ class RequestStepTable:
             setattr(u, where, getattr(u, where) + 1)
             u.tokens.add(int(T))
 
-    def time_at(self, T: float, R: int = 1, ctx: float | None = None) -> float:
-        """Seconds for a step of T tokens over R requests (R = 1: one request; T = R: a pure decode)."""
+    def time_at(self, T: float, R: int = 1, ctx: float | None = None, count: bool = True) -> float:
+        """Seconds for a step of T tokens over R requests (R = 1: one request; T = R: a pure decode); counted in
+        `unmeasured` unless count=False. The families' own counters are never touched: the step is counted once,
+        here."""
         if R < 1 or T < R:
             raise ConfigError("a step has at least one request and one token per request", file=self.where,
                               field="tokens/requests", value=f"{T}/{R}", allowed="1 <= requests <= tokens")
-        self._count(T, R)
+        if count:
+            self._count(T, R)
+        if T == R and R > 1:
+            return self.decode.time_at(R, ctx, count=False)
+        one = self.single.time_at(T, ctx, count=False)
         if R == 1:
-            return _quiet(self.single, T, ctx)
-        if T == R:
-            return _quiet(self.decode, R, ctx)
-        extra = _quiet(self.decode, R, None) - _quiet(self.single, R, None)
-        return max(0.5 * _quiet(self.single, T, ctx), _quiet(self.single, T, ctx) + extra)
+            return one
+        extra = self.decode.time_at(R, None, count=False) - self.single.time_at(R, None, count=False)
+        return max(0.5 * one, one + extra)
 
     def write_csv(self, path: str | Path, comment: str = "") -> Path:
         """Both families in one file: a `family` column (one_request | decode), then `FittedStepTable`'s."""
@@ -126,11 +130,6 @@ class RequestStepTable:
             return 0.0, 0.0, 0.0
         c = math.fsum(np.asarray(ctx, float).tolist())
         return self.time_at(float(new.sum()), int(new.size), c), 0.0, 0.0
-
-
-def _quiet(t: FittedStepTable, T: float, ctx: float | None) -> float:
-    """The table's price without counting it (the 2-D table counts each step once, in `_count`)."""
-    return t.time_at(T, ctx, count=False)
 
 
 def fit_request_table(steps: list[dict], where: str = "request step table", monotone: bool = True) -> RequestStepTable:
@@ -164,14 +163,11 @@ def holdout(table: RequestStepTable, steps: list[dict], token_table: FittedStepT
     T = [s["ctx_tokens"] + s["gen_tokens"] for s in other]
     R = [s["ctx_requests"] + s["gen_requests"] for s in other]
     kv = [s.get("kv_ctx_tokens") for s in other]
-    saved = table.unmeasured
-    table.unmeasured = Unmeasured()
-    pred = np.array([table.time_at(t, r, k) for t, r, k in zip(T, R, kv)])
-    table.unmeasured = saved
+    pred = np.array([table.time_at(t, r, k, count=False) for t, r, k in zip(T, R, kv)])
     res = {"steps": len(other), "requests_range": [min(R), max(R)], "tokens_range": [min(T), max(T)]}
     res.update(_err("request_table", pred, meas))
     if token_table is not None:
-        res.update(_err("token_table", np.array([_quiet(token_table, t, k) for t, k in zip(T, kv)]), meas))
+        res.update(_err("token_table", np.array([token_table.time_at(t, k, count=False) for t, k in zip(T, kv)]), meas))
     return res
 
 
