@@ -263,8 +263,9 @@ def test_no_bound_where_none_holds(tmp_path):
 
 
 def test_probe_order_from_the_bound():
-    """The likely count (never below the lower bound) and the count below it first; from a miss +1, +2, +4 … (capped at the stable count while it is
-    above the last miss, and at max_replicas); from a hit, bisection down; done when hi − lo = 1."""
+    """The likely count (never below the lower bound) and the count below it first; from a miss +1, +2, +4 …
+    (capped at the stable count while it is above the last miss, and at max_replicas); from a hit, bisection down;
+    done when hi − lo = 1."""
     assert Search(None, 4, 64.0, BASELINE, lower=3, likely=6).next_probes(16) == [5, 6]  # the likely count first
     s = Search(None, 4, 64.0, BASELINE, lower=3, stable=5)
     assert s.next_probes(16) == [2, 3]
