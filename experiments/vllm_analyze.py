@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from specsim import theory  # noqa: E402
+from specsim.validation import host_scale as hs  # noqa: E402
 from specsim.validation import request_table as rt  # noqa: E402
 from specsim.validation import step_fit as sf  # noqa: E402
 from specsim.validation import vllm_outputs as vr  # noqa: E402
@@ -215,27 +216,47 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
     return res
 
 
-def fit_tables(runs: list[dict], fit: tuple[str, bool], block: str | None = None, models=tuple(CAL)) -> tuple:
-    """The tables of `models` (default: target, draft) of one fit — ("token" | "request", monotone) — on the
-    calibration runs of `block` (every block when None)."""
-    kind, monotone = fit
+def fit_tables(runs: list[dict], fit: tuple, block: str | None = None, models=tuple(CAL)) -> tuple:
+    """The tables of `models` (default: target, draft) of one fit — (kind "token" | "request", monotone, ...) — on
+    the calibration runs of `block` (every block when None)."""
+    kind, monotone = fit[:2]
     make = step_table if kind == "token" else request_table
     at = f", block {block}" if block else ""
     return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone)
                  for m in models)
 
 
-def block_tables(out: Path, runs: list[dict], fits: dict[str, tuple[str, bool]]) -> dict:
-    """Per block of the block protocol, each fit's (target, draft) tables on that block's own calibration runs;
-    the first fit's are written to step_tables/."""
-    tabs = {}
-    (out / "step_tables").mkdir(exist_ok=True)
-    first = next(iter(fits))
+POOLS = ("block", "pooled", "scaled")  # a block's own calibration; every block's; every block's x the block's factor
+
+
+def tables_by_block(runs: list[dict], fit: tuple, models=tuple(CAL)) -> dict:
+    """Per block (key None: a run outside the block protocol) the tables of `models` its runs are priced with
+    under `fit` = (kind, monotone, pool): pool "block" fits the block's own calibration, "pooled" every block's,
+    "scaled" every block's rescaled by the block's host factor (specsim.validation.host_scale)."""
+    pool = fit[2] if len(fit) > 2 else "block"
+    if pool not in POOLS:
+        raise ValueError(f"pool {pool!r} is not one of {POOLS}")
+    pooled = fit_tables(runs, fit, None, models)
+    out: dict = {None: pooled}
     for b in sorted({r["block"] for r in runs if r.get("block")}):
-        tabs[b] = {name: fit_tables(runs, fit, b) for name, fit in fits.items()}
-        for m, t in zip(CAL, tabs[b][first]):
+        if pool == "block":
+            out[b] = fit_tables(runs, fit, b, models)
+        elif pool == "pooled":
+            out[b] = pooled
+        else:
+            out[b] = tuple(hs.ScaledTable(t, hs.host_factor(t, [s for r in calibration_runs(runs, m, b)
+                                                                    for s in r["steps"]], f"{m}, block {b}"))
+                           for m, t in zip(models, pooled))
+    return out
+
+
+def block_csvs(out: Path, runs: list[dict], fit: tuple) -> None:
+    """Per block, the chosen kind of table fitted on that block's own calibration, to step_tables/ (what each
+    block measured, whichever pool prices the runs)."""
+    (out / "step_tables").mkdir(exist_ok=True)
+    for b in sorted({r["block"] for r in runs if r.get("block")}):
+        for m, t in zip(CAL, fit_tables(runs, fit, b)):
             t.write_csv(out / "step_tables" / f"{b}_{m}.csv", f"vLLM per-step log, {m} alone, block {b}")
-    return tabs
 
 
 def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]]:
@@ -248,51 +269,61 @@ def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]
     return rows, _points(rows)
 
 
-SESSION12 = ("token", True)  # the fit of record until session 13: token-only, monotone
+SESSION12 = ("token", True, "block")  # the fit of record until session 13: token-only, monotone, per block
 
 
 def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
             fit_from: Path | None = None) -> dict:
-    """Block-protocol runs are priced by their own block's tables of the fit `vllm_select.select` chose on the
-    plain runs alone (or the fit a committed table_selection.json names: `fit_from`); beside them, the same runs
-    priced by the block's token-only monotone tables (session 12's fit of record, `token_monotone`) and by the
-    chosen fit's tables pooled over every block (`pooled`). `blocks` (glob patterns) keeps those blocks' runs only;
-    what is written goes to `dst` (default: `out`)."""
+    """Grid runs are priced by the tables of the fit `vllm_select.select` chose on the plain runs alone (or the
+    fit a committed table_selection.json names: `fit_from`), per block as its pool says (`tables_by_block`);
+    beside them, the same runs priced by the block's token-only monotone tables (session 12's fit of record,
+    `token_monotone`) and by the chosen fit's tables pooled over every block (`pooled`). `blocks` (glob patterns)
+    keeps those blocks' grid runs only, the tables still see every block's calibration (runs without
+    speculation); what is written goes to `dst` (default: `out`)."""
     from vllm_select import fixed, select  # experiments/vllm_select.py
 
     dst = out if dst is None else dst
     dst.mkdir(parents=True, exist_ok=True)
     if dst != out and (out / "measurement.json").exists():
         shutil.copy(out / "measurement.json", dst / "measurement.json")
-    runs = [r for r in load_runs(out) if not blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in blocks)]
+    every = load_runs(out)
+    runs = [r for r in every if not blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in blocks)]
     if not runs:
         raise SystemExit(f"vllm_analyze: no runs in {out / 'runs'}" + (f" of blocks {blocks}" if blocks else ""))
-    sel = fixed(fit_from) if fit_from else select(out, runs, dst)
-    fit = (sel["kind"], sel["monotone"])
-    tt, td = fit_tables(runs, SESSION12)
-    pooled = fit_tables(runs, fit)
+    # what tables are fitted on: the kept blocks' runs and every block's calibration (a pooled fit pools it all)
+    fit_runs = [r for r in runs if r.get("mode") not in CAL.values()] + \
+        [r for r in every if r.get("mode") in CAL.values()]
+    sel = fixed(fit_from) if fit_from else select(out, fit_runs, dst)
+    fit = (sel["kind"], sel["monotone"], sel.get("pool", "block"))
+    tt, td = fit_tables(fit_runs, SESSION12)
+    pooled = fit_tables(fit_runs, fit)
     for m, t in zip(CAL, pooled):
         t.write_csv(dst / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]}); fit: "
                                                   f"{sel['chosen']} (experiments/vllm_select.py)")
     fits = {"chosen": fit} | ({"token_monotone": SESSION12} if fit != SESSION12 else {})
-    tabs = block_tables(dst, runs, fits)
-    rows, points = _scored(out, runs, lambda r: tabs[r["block"]]["chosen"] if r.get("block") in tabs else pooled)
+    tabs = {name: tables_by_block(fit_runs, f) for name, f in fits.items()}
+    block_csvs(dst, runs, fit)
+
+    def pick(name):
+        return lambda r: tabs[name].get(r.get("block"), tabs[name][None])
+
+    rows, points = _scored(out, runs, pick("chosen"))
     res = _summary(points, runs, tt, td)
-    beside = {"pooled": lambda r: pooled}
-    if tabs and "token_monotone" in fits:
-        beside["token_monotone"] = lambda r: tabs[r["block"]]["token_monotone"] if r.get("block") in tabs else (tt, td)
-    for name, pick in beside.items():
-        other = _scored(out, runs, pick)[1]
+    blocks_seen = sorted({r["block"] for r in runs if r.get("block")})
+    beside = {"pooled": lambda r: pooled} | ({"token_monotone": pick("token_monotone")}
+                                            if "token_monotone" in fits and blocks_seen else {})
+    for name, how in beside.items():
+        other = _scored(out, runs, how)[1]
         res[name] = _summary(other, runs, tt, td)
         by = {(q["variant"], q["loop"], q["x"]): q for q in other}
         for p in points:  # the prediction beside the analysis's (the plot draws them)
             q = by[(p["variant"], p["loop"], p["x"])]
             p.update({f"{name}_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
-    if tabs:
-        res["block_tables"] = {b: {m: _info(a) for m, a in zip(CAL, t["chosen"])} for b, t in tabs.items()}
-    rq = tuple(request_table(calibration_runs(runs, m), f"{m} alone ({CAL[m]})") for m in CAL)
+    if blocks_seen:
+        res["block_tables"] = {b: {m: _info(a) for m, a in zip(CAL, tabs["chosen"][b])} for b in blocks_seen}
+    rq = tuple(request_table(calibration_runs(fit_runs, m), f"{m} alone ({CAL[m]})") for m in CAL)
     res.update(points=points, rows=rows, probes=probes(runs, out), table_selection=sel,
-               tables={m: _info(t) for m, t in zip(CAL, pooled)}, holdout=_holdout(runs, rq, (tt, td)),
+               tables={m: _info(t) for m, t in zip(CAL, pooled)}, holdout=_holdout(fit_runs, rq, (tt, td)),
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
                points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
@@ -315,7 +346,9 @@ def _holdout(runs: list[dict], rq, tok) -> dict:
 
 def _info(t) -> dict:
     """What the report says of a table: its range, knots, gaps, KV slope and unmeasured steps (per family for a
-    (tokens, requests) table)."""
+    (tokens, requests) table; with its host factor for a rescaled one)."""
+    if isinstance(t, hs.ScaledTable):
+        return {"host_factor": t.factor, "base": "pooled over every block"} | _info(t.base)
     if isinstance(t, rt.RequestStepTable):
         return {"one_request": _table_info(t.single), "decode": _table_info(t.decode),
                 "unmeasured": t.unmeasured.summary()}

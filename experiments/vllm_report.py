@@ -103,8 +103,8 @@ def _head(out: Path, res: dict) -> list[str]:
          *([f"Block protocol (experiments/vllm_blocks.py): {len(res['block_tables'])} blocks, each one speculative "
             "variant in one repeat, with the engines resident: every grid point measured plain and speculative back "
             "to back (alternating order), the block's own calibration of target and draft (each alone) spread "
-            "between the pairs. Each speculative run is paired with its block's plain run, and both are priced by "
-            "the tables fitted on that block's calibration (block-matched tables were chosen before the runs); "
+            "between the pairs. Each speculative run is paired with its block's plain run, and both are priced as "
+            "the chosen fit says (above); "
             "the block's token-only monotone tables (session 12's fit of record) and the chosen fit pooled over "
             "every block are scored beside them.", ""]
            if res.get("block_tables") else [])]
@@ -168,6 +168,13 @@ def _per_variant(res: dict) -> list[str]:
     return L
 
 
+POOL_TEXT = {"block": "each block's runs priced by tables fitted on that block's own calibration",
+             "pooled": "every run priced by tables fitted on every block's calibration",
+             "scaled": "every run priced by tables fitted on every block's calibration times its block's host "
+                       "factor (median measured / priced over that block's calibration steps, per model: "
+                       "specsim/validation/host_scale.py)"}
+
+
 def _fit_text(res: dict) -> str:
     """The chosen fit and every candidate's score on the plain runs (experiments/vllm_select.py)."""
     sel = res.get("table_selection") or {}
@@ -177,6 +184,7 @@ def _fit_text(res: dict) -> str:
             "request": "t(T, R) = t1(T) + td(R) - t1(R) over tokens T and requests R (specsim/validation/"
                        "request_table.py)"}[sel["kind"]]
     how = "monotone (isotonic)" if sel["monotone"] else "the per-count medians as measured (dips kept)"
+    how += ", " + POOL_TEXT[sel.get("pool", "block")]
     cands = "; ".join(f"{n} {100 * c['score']:.2f}% (TPOT {100 * c['median_abs_err_tpot_p50']:.1f}%, TTFT "
                       f"{100 * c['median_abs_err_ttft_p50']:.1f}%)" for n, c in sel["candidates"].items())
     return (f"**{sel['chosen']}**: {what}, {how}; score = (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over "

@@ -6,13 +6,16 @@ Why (issue 24, session 13): on this CPU the target's decode step is not monotone
 than 4-6, in the plain runs as in the calibration: docs/validation.md), so whether a fit may keep such dips, and
 whether steps are priced along tokens alone or along (tokens, requests), is a modelling choice. It is made here on
 what the speedup's prediction never compares against: every plain grid run (target alone, no drafts) is predicted
-with each candidate's tables fitted on its own block's calibration, and the candidate with the lowest score wins:
+with each candidate's tables, and the candidate with the lowest score wins:
 
     score = (median |TPOT p50 error| + median |TTFT p50 error|) / 2    over every plain grid run
 
 Candidates: token-only or (tokens, requests) table (`specsim.validation.request_table`), each monotone (isotonic)
-or with the per-count medians as measured. Nothing speculative is read: the runs' modes are filtered to "plain",
-"cal-target" and "cal-draft" before anything else. Writes table_selection.json beside the runs.
+or with the per-count medians as measured; each fitted on the run's own block's calibration (session 13's four), on
+every block's calibration ("pooled", session 14), or on every block's times the block's host factor ("pooled x
+block host factor", session 14: specsim/validation/host_scale.py; a shape from hundreds of steps per count, a
+scale from the block). The criterion is session 13's, unchanged. Nothing speculative is read: the runs' modes are
+filtered to "plain", "cal-target" and "cal-draft" before anything else. Writes table_selection.json beside the runs.
 """
 
 from __future__ import annotations
@@ -30,20 +33,21 @@ sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 import vllm_analyze as va  # noqa: E402
 from vllm_predict import predict  # noqa: E402
 
-CANDIDATES = {"token, monotone": ("token", True), "token, as measured": ("token", False),
-              "requests, monotone": ("request", True), "requests, as measured": ("request", False)}
+FITS = {"token, monotone": ("token", True), "token, as measured": ("token", False),
+        "requests, monotone": ("request", True), "requests, as measured": ("request", False)}
+# how a block's runs are priced (experiments/vllm_analyze.py tables_by_block); the unsuffixed names are session
+# 13's candidates (its committed table_selection.json files name them), all per block
+POOL_NAMES = {"block": "", "pooled": ", pooled", "scaled": ", pooled x block host factor"}
+CANDIDATES = {name + suffix: (*fit, pool) for pool, suffix in POOL_NAMES.items() for name, fit in FITS.items()}
 
 
-def score(out: Path, runs: list[dict], fit: tuple[str, bool]) -> dict:
-    """Per plain run: relative error of TPOT p50 and TTFT p50, each run priced by its block's target table (the
-    pooled one for a run outside the block protocol)."""
-    blocks = sorted({r["block"] for r in runs if r.get("block")})
-    tables = {b: va.fit_tables(runs, fit, b, ("target",))[0] for b in blocks}
-    pooled = va.fit_tables(runs, fit, None, ("target",))[0] \
-        if any(not r.get("block") for r in runs if r.get("mode") == "plain") else None
+def score(out: Path, runs: list[dict], fit: tuple[str, bool, str]) -> dict:
+    """Per plain run: relative error of TPOT p50 and TTFT p50, each run priced by the target table the fit gives
+    its block (`vllm_analyze.tables_by_block`; the pooled one for a run outside the block protocol)."""
+    tables = va.tables_by_block(runs, fit, ("target",))
     tpot, ttft = [], []
     for r in (r for r in runs if r.get("mode") == "plain"):
-        t = tables.get(r.get("block"), pooled)
+        t = tables.get(r.get("block"), tables[None])[0]
         p, m = predict(r, r["cfg"], t, None, va.kv_blocks(out, r)), va.measured(r)
         tpot.append(p["tpot_p50"] / m["tpot_p50"] - 1.0)
         ttft.append(p["ttft_p50"] / m["ttft_p50"] - 1.0)
@@ -62,7 +66,8 @@ def select(out: Path, runs: list[dict] | None = None, dst: Path | None = None) -
             if r.get("mode") in ("plain", "cal-target", "cal-draft")]
     res = {name: score(out, runs, fit) for name, fit in CANDIDATES.items()}
     best = min(res, key=lambda n: res[n]["score"])
-    sel = {"chosen": best, "kind": CANDIDATES[best][0], "monotone": CANDIDATES[best][1], "candidates": res,
+    kind, monotone, pool = CANDIDATES[best]
+    sel = {"chosen": best, "kind": kind, "monotone": monotone, "pool": pool, "candidates": res,
            "criterion": "lowest (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over plain grid runs"}
     (out if dst is None else dst).joinpath("table_selection.json").write_text(json.dumps(sel, indent=1,
                                                                                           sort_keys=True))
@@ -77,10 +82,11 @@ def fixed(path: Path) -> dict:
         raise SystemExit(f"vllm_select: {path}: not a readable table_selection.json "
                          f"({e.__class__.__name__}: {e})") from None
     chosen = sel.get("chosen") if isinstance(sel, dict) else None
-    if chosen not in CANDIDATES or CANDIDATES[chosen] != (sel.get("kind"), sel.get("monotone")):
-        raise SystemExit(f"vllm_select: {path}: chosen = {chosen!r} (kind, monotone) is not one of "
+    got = (sel.get("kind"), sel.get("monotone"), sel.get("pool", "block")) if isinstance(sel, dict) else None
+    if chosen not in CANDIDATES or CANDIDATES[chosen] != got:
+        raise SystemExit(f"vllm_select: {path}: chosen = {chosen!r} (kind, monotone, pool) {got} is not one of "
                          f"{dict(CANDIDATES)}")
-    return dict(sel, fixed_from=str(path))
+    return dict(sel, pool=got[2], fixed_from=str(path))
 
 
 def main() -> None:

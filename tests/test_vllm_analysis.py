@@ -301,9 +301,8 @@ def test_analyze_flags_a_point_predicted_outside_the_calibration(tmp_path):
     assert "outside the measured range" in (tmp_path / "vllm_cpu.md").read_text()
 
 
-def test_block_runs_are_priced_by_their_own_blocks_calibration(tmp_path):
-    """The block protocol: a run is paired with the plain run of its block and priced by the tables fitted on that
-    block's calibration; a host twice as slow in the second block doubles its predicted times, not the speedup."""
+def _two_blocks(tmp_path):
+    """Two blocks of the same runs; the second block's calibration ran on a host twice as slow."""
     runs = tmp_path / "runs"
     runs.mkdir()
     cal = json.loads((FIX / "offline_cal_run.json").read_text())
@@ -318,10 +317,36 @@ def test_block_runs_are_priced_by_their_own_blocks_calibration(tmp_path):
             for st in r["steps"]:
                 st["time_s"] *= scale
             (runs / f"{name}__{r['point']}__{b}.json").write_text(json.dumps(r))
+
+
+@pytest.mark.parametrize("pool, slower", [("block", 2.0), ("pooled", 1.0), ("scaled", 2.0)])
+def test_each_pool_prices_a_block_as_it_says(tmp_path, pool, slower):
+    """A block's own tables follow its host (2x); the pooled ones are one table for every block; the pooled tables
+    times the block's host factor follow the host by one factor per model, their shape pooled."""
+    _two_blocks(tmp_path)
+    runs = va.load_runs(tmp_path)
+    tabs = va.tables_by_block(runs, ("token", False, pool))
+    assert set(tabs) == {None, "r0-draft-k3", "r1-draft-k3"}
+    for m in (0, 1):
+        a, b = tabs["r0-draft-k3"][m], tabs["r1-draft-k3"][m]
+        for T in (1, 3, 8):
+            assert b.time_at(T, count=False) == pytest.approx(slower * a.time_at(T, count=False), rel=1e-12)
+    if pool == "scaled":
+        assert tabs["r1-draft-k3"][0].base is tabs[None][0]  # one shape, one counter of unmeasured steps
+    with pytest.raises(ValueError, match="pool"):
+        va.tables_by_block(runs, ("token", False, "per-run"))
+
+
+def test_block_runs_are_priced_by_their_blocks_tables(tmp_path):
+    """The block protocol: a run is paired with the plain run of its block and priced by the tables the chosen fit
+    gives that block; a host twice as slow in the second block's calibration doubles its predicted times (unless
+    the fit pools every block's calibration without a host factor), never the speedup."""
+    _two_blocks(tmp_path)
     res = va.analyze(tmp_path)
     rows = sorted(res["rows"], key=lambda r: r["repeat"])
     assert [r["repeat"] for r in rows] == [0, 1]
-    assert rows[1]["pred_plain_tpot_p50_s"] == pytest.approx(2 * rows[0]["pred_plain_tpot_p50_s"], rel=1e-9)
+    slower = 1.0 if res["table_selection"]["pool"] == "pooled" else 2.0
+    assert rows[1]["pred_plain_tpot_p50_s"] == pytest.approx(slower * rows[0]["pred_plain_tpot_p50_s"], rel=1e-9)
     assert rows[1]["pred_speedup_throughput"] == pytest.approx(rows[0]["pred_speedup_throughput"], rel=1e-9)
     assert set(res["block_tables"]) == {"r0-draft-k3", "r1-draft-k3"} and "pooled" in res
     assert ("token_monotone" in res) == (res["table_selection"]["chosen"] != "token, monotone")
@@ -400,7 +425,9 @@ def test_the_fit_is_chosen_on_plain_runs_without_reading_a_speculative_one(tmp_p
 
 
 @pytest.mark.parametrize("text", [None, "{not json", "[1, 2]", '{"chosen": "token, monotone", "kind": "token", '
-                                  '"monotone": false}', '{"chosen": "bogus"}'])
+                                  '"monotone": false}', '{"chosen": "bogus"}',
+                                  '{"chosen": "token, as measured, pooled", "kind": "token", "monotone": false, '
+                                  '"pool": "block"}'])
 def test_a_bad_fit_file_is_one_line_not_a_traceback(tmp_path, text):
     vs = pytest.importorskip("vllm_select")
     f = tmp_path / "table_selection.json"
@@ -408,3 +435,14 @@ def test_a_bad_fit_file_is_one_line_not_a_traceback(tmp_path, text):
         f.write_text(text)
     with pytest.raises(SystemExit, match="vllm_select: .*table_selection.json"):
         vs.fixed(f)
+
+
+def test_a_session_13_fit_file_names_a_per_block_fit(tmp_path):
+    """A table_selection.json written before the pool was a candidate (no "pool") is read as per-block tables, as
+    it was chosen; a pooled choice is read as pooled."""
+    vs = pytest.importorskip("vllm_select")
+    f = tmp_path / "table_selection.json"
+    f.write_text('{"chosen": "token, as measured", "kind": "token", "monotone": false}')
+    assert vs.fixed(f)["pool"] == "block"
+    f.write_text('{"chosen": "token, as measured, pooled", "kind": "token", "monotone": false, "pool": "pooled"}')
+    assert vs.fixed(f)["pool"] == "pooled"
