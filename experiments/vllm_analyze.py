@@ -327,6 +327,8 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
                points_with_unmeasured_steps=sum(1 for p in points if p["unmeasured_steps"]),
+               calibration_blocks=len({r["block"] for r in fit_runs if r.get("mode") in CAL.values()
+                                       and r.get("block")}),
                legacy_runs=sum(1 for r in runs if not r.get("config")), runs=len(runs), join_lag_steps=join_lag(runs),
                blocks=block_drift(runs, out))
     _write(dst, res)

@@ -123,8 +123,9 @@ def _head(out: Path, res: dict) -> list[str]:
              f"{100 * res.get('median_spread_speedup_tpot', float('nan')):.1f}% "
              f"({100 * res.get('max_spread_speedup_tpot', float('nan')):.1f}%)")
     for name, label in (("token_monotone", "each block's token-only monotone tables (session 12's fit of record)"),
-                        ("pooled", f"the chosen fit's tables pooled over all {len(res.get('block_tables', {}))} "
-                                   "blocks' calibration")):
+                        ("pooled", f"the chosen fit's tables pooled over all "
+                                   f"{res.get('calibration_blocks', len(res.get('block_tables', {})))} blocks' "
+                                   "calibration")):
         if res.get(name):
             L.append(_beside(res[name], label))
     for name, h in sorted((res.get("holdout") or {}).items()):

@@ -1,0 +1,83 @@
+"""Diagnosis, not a figure of record and never a calibration: does a speculative step cost more in lockstep (its
+steps alternating with the plain engine's, as the campaign measures) than with its engine running alone?
+
+    .venv/bin/python experiments/vllm_lockstep_probe.py --out experiments/results/vllm_lockstep_probe
+
+Why (issue 24, session 14, docs/validation.md): on the fresh blocks every speculative point came out 0-12% slower
+against the tables than the plain point it is paired with; a plain step that follows a speculative one costs
++4-7 ms more than the plain step before it (paired, 2,882 switches), and the speculative engine follows the plain
+one on nearly every step. Here two resident engines (P: target alone; S: draft model, k = 5), instrumented
+(vllm_serve.py with SPECSIM_PROBE_PARTS=1: the forwards and logits of both models timed inside every step), run the
+grid's c1 point in lockstep and each alone on the wall clock, ABBA over repeats. Writes the runs and summary.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vllm_blocks as vb  # noqa: E402
+import vllm_cpu as vc  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--vllm-python", default="/work/vllm-env/venv/bin/python")
+    a = ap.parse_args()
+    os.environ["SPECSIM_PROBE_PARTS"] = "1"
+    (a.out / "runs").mkdir(parents=True, exist_ok=True)
+    mode = f"draft-k{a.k}"
+    pt = vc.grid_points(vc.OUTPUT_LEN)[0]  # c1
+    P = vb.Engine(a, a.out, "P", ["plain"], "plain")
+    S = vb.Engine(a, a.out, "S", [mode], mode)
+    files = []
+    try:
+        for r in range(a.repeats):
+            for how in (("lockstep", "alone") if r % 2 == 0 else ("alone", "lockstep")):
+                cmds = [(e, {"mode": m, "point": pt, "repeat": r, "block": how,
+                             "file": str(a.out / "runs" / f"{m}__{how}__r{r}.json")})
+                        for e, m in ((P, "plain"), (S, mode))]
+                if how == "lockstep":
+                    vb.lockstep(cmds)
+                else:
+                    for e, c in (cmds if r % 2 == 0 else cmds[::-1]):
+                        e.ask(dict(c, op="run"))
+                files += [c["file"] for _, c in cmds]
+                print(f"repeat {r} {how} done", flush=True)
+    finally:
+        for e in (P, S):
+            e.close()
+    lines = summarize([json.loads(Path(f).read_text()) | {"_how": Path(f).name.split("__")[1]} for f in files], a.k)
+    (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def summarize(runs: list[dict], k: int) -> list[str]:
+    """Median per (engine, how) over decode steps (full verifications for S): the step and its timed parts."""
+    out = []
+    for mode in sorted({r["mode"] for r in runs}):
+        for how in ("alone", "lockstep"):
+            steps = [s for r in runs if r["mode"] == mode and r["_how"] == how for s in r["steps"]
+                     if s["ctx_requests"] == 0 and (mode == "plain" or s.get("drafts") == k)]
+            parts = defaultdict(list)
+            for s in steps:
+                for p, ts in (s.get("parts") or {}).items():
+                    parts[p].append(sum(ts))
+            desc = ", ".join(f"{p} {np.median(v):.4f}" for p, v in sorted(parts.items()))
+            out.append(f"{mode} {how}: {len(steps)} steps, step {np.median([s['time_s'] for s in steps]):.4f} s; "
+                       f"{desc}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
