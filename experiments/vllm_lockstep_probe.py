@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--vllm-python", default="/work/vllm-env/venv/bin/python")
+    ap.add_argument("--with-draft", action="store_true", help="a third engine, the draft alone (the campaign's layout)"
+                    ", whose c1 decode runs alone beside the others'")
     a = ap.parse_args()
     os.environ["SPECSIM_PROBE_PARTS"] = "1"
     (a.out / "runs").mkdir(parents=True, exist_ok=True)
@@ -40,6 +42,7 @@ def main() -> None:
     pt = vc.grid_points(vc.OUTPUT_LEN)[0]  # c1
     P = vb.Engine(a, a.out, "P", ["plain"], "plain")
     S = vb.Engine(a, a.out, "S", [mode], mode)
+    D = vb.Engine(a, a.out, "D", ["cal-draft"], "cal-draft") if a.with_draft else None
     files = []
     try:
         for r in range(a.repeats):
@@ -50,13 +53,17 @@ def main() -> None:
                 if how == "lockstep":
                     vb.lockstep(cmds)
                 else:
+                    if D is not None:  # the draft served alone in its own process, as the campaign calibrates it
+                        cmds.append((D, {"mode": "cal-draft", "point": pt, "repeat": r, "block": how,
+                                         "file": str(a.out / "runs" / f"cal-draft__{how}__r{r}.json")}))
                     for e, c in (cmds if r % 2 == 0 else cmds[::-1]):
                         e.ask(dict(c, op="run"))
                 files += [c["file"] for _, c in cmds]
                 print(f"repeat {r} {how} done", flush=True)
     finally:
-        for e in (P, S):
-            e.close()
+        for e in (P, S, D):
+            if e is not None:
+                e.close()
     lines = summarize([json.loads(Path(f).read_text()) | {"_how": Path(f).name.split("__")[1]} for f in files], a.k)
     (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -67,8 +74,10 @@ def summarize(runs: list[dict], k: int) -> list[str]:
     out = []
     for mode in sorted({r["mode"] for r in runs}):
         for how in ("alone", "lockstep"):
+            if not any(r["mode"] == mode and r["_how"] == how for r in runs):
+                continue
             steps = [s for r in runs if r["mode"] == mode and r["_how"] == how for s in r["steps"]
-                     if s["ctx_requests"] == 0 and (mode == "plain" or s.get("drafts") == k)]
+                     if s["ctx_requests"] == 0 and s.get("drafts", 0) == (k if mode.startswith("draft") else 0)]
             parts = defaultdict(list)
             for s in steps:
                 for p, ts in (s.get("parts") or {}).items():
