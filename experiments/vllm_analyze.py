@@ -312,13 +312,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     blocks_seen = sorted({r["block"] for r in runs if r.get("block")})
     beside = {"pooled": lambda r: pooled} | ({"token_monotone": pick("token_monotone")}
                                             if "token_monotone" in fits and blocks_seen else {})
-    for name, how in beside.items():
-        other = _scored(out, runs, how)[1]
-        res[name] = _summary(other, runs, tt, td)
-        by = {(q["variant"], q["loop"], q["x"]): q for q in other}
-        for p in points:  # the prediction beside the analysis's (the plot draws them)
-            q = by[(p["variant"], p["loop"], p["x"])]
-            p.update({f"{name}_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
+    _beside(out, runs, points, res, beside, (tt, td))
     if blocks_seen:
         res["block_tables"] = {b: {m: _info(a) for m, a in zip(CAL, tabs["chosen"][b])} for b in blocks_seen}
     rq = tuple(request_table(calibration_runs(fit_runs, m), f"{m} alone ({CAL[m]})") for m in CAL)
@@ -333,6 +327,18 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
                blocks=block_drift(runs, out))
     _write(dst, res)
     return res
+
+
+def _beside(out: Path, runs: list[dict], points: list[dict], res: dict, beside: dict, ref) -> None:
+    """Each other way of pricing (name -> run -> tables) scored on the same runs: its summary in res[name], its
+    predictions and errors on every point as name_pred_* / name_err_* (the plot draws them)."""
+    for name, how in beside.items():
+        other = _scored(out, runs, how)[1]
+        res[name] = _summary(other, runs, *ref)
+        by = {(q["variant"], q["loop"], q["x"]): q for q in other}
+        for p in points:
+            q = by[(p["variant"], p["loop"], p["x"])]
+            p.update({f"{name}_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
 
 
 def _holdout(runs: list[dict], rq, tok) -> dict:
