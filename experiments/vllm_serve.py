@@ -41,23 +41,6 @@ class BusyClock:
         self.busy += max(0.0, t - self.now())
 
 
-def _time_parts(ses) -> None:
-    """Each step record gains `parts`: the wall time of the target's and the draft's forwards and logits inside it
-    (experiments/vllm_spec_probe.py's timers). A diagnosis, never in a run of record."""
-    from vllm_spec_probe import instrument
-
-    tm, orig = instrument(ses), ses.step
-
-    def step():
-        out = orig()
-        parts = tm.take()
-        if out[1] is not None:
-            out[1]["parts"] = parts
-        return out
-
-    ses.step = step
-
-
 class Server:
     """A resident engine that runs the points the harness sends, one JSON line each on stdin, and answers each with
     one JSON line on the original stdout (vLLM's own output goes to stderr, the session's log). Resident engines let
@@ -74,7 +57,9 @@ class Server:
         self.prompts = [p for p in Path(self.spec["prompts"]).read_text().splitlines() if p.strip()]
         self.ses = Session(self.spec)
         if os.environ.get("SPECSIM_PROBE_PARTS"):  # diagnosis only (experiments/vllm_lockstep_probe.py)
-            _time_parts(self.ses)
+            from vllm_spec_probe import time_parts
+
+            time_parts(self.ses)
         run_point(self.ses, self.prompts, {"point": "warm", "concurrency": 2, "requests": 2, "output_len": 8}, 0)
         self.probe: dict = {}
         self.cur = None

@@ -83,6 +83,25 @@ def instrument(ses) -> Timers:
     return tm
 
 
+def time_parts(ses) -> None:
+    """Each step record of `ses` gains `parts`: the wall time of every timed call inside that step (`instrument`).
+    Used here and by experiments/vllm_serve.py (SPECSIM_PROBE_PARTS=1, experiments/vllm_lockstep_probe.py)."""
+    tm, orig = instrument(ses), ses.step
+
+    def step():
+        out = orig()
+        parts = tm.take()
+        if out[1] is not None:
+            out[1]["parts"] = parts
+        return out
+
+    ses.step = step
+
+
+def _median(xs) -> float:
+    return float(np.median(xs)) if len(xs) else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -100,21 +119,12 @@ def main() -> None:
         m = modes[name]
         ses = Session({"session": "Q", "mode": name, "k": m["k"], "engine": vc.engine_kwargs(m), "configs": {},
                        "out": str(a.out), "prompts": str(vc.PROMPTS), "cpu_model": vc.cpu_model()})
-        tm = instrument(ses)
-        orig_step = ses.step
-
-        def step(orig_step=orig_step, tm=tm, name=name, ses=ses):
-            out = orig_step()
-            parts = tm.take()
-            if out[1] is not None:
-                rows.append(dict(out[1], engine=name, point=ses.points, parts=parts))
-            return out
-
-        ses.step = step
+        time_parts(ses)
         run_point(ses, prompts, {"point": "warm", "concurrency": 1, "requests": 1, "output_len": 8}, 0)
         for rep in range(a.repeats):
-            run_point(ses, prompts, {"point": "c1", "concurrency": 1, "requests": 1, "output_len": a.output_len},
-                      rep)
+            d = run_point(ses, prompts, {"point": "c1", "concurrency": 1, "requests": 1,
+                                         "output_len": a.output_len}, rep)
+            rows += [dict(s, engine=name, point=ses.points) for s in d["steps"]]
         del ses
         gc.collect()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -125,15 +135,15 @@ def main() -> None:
 
 
 def summarize(rows: list[dict], k: int) -> list[str]:
-    """Medians over decode steps (no prefill) after the warm-up point, per engine."""
+    """Medians over decode steps (no prefill) of the measured points (the warm-up point is not collected), per
+    engine."""
     lines = []
     for eng in sorted({r["engine"] for r in rows}):
-        rs = [r for r in rows if r["engine"] == eng and r["ctx_requests"] == 0 and r["point"] > 1]
+        rs = [r for r in rows if r["engine"] == eng and r["ctx_requests"] == 0]
         if not rs:
             continue
         if eng.startswith("draft-k"):
             rs = [r for r in rs if r.get("drafts") == k]  # full verification steps
-        med = lambda xs: float(np.median(xs)) if len(xs) else float("nan")  # noqa: E731
         parts = defaultdict(list)
         for r in rs:
             for p, ts in r["parts"].items():
@@ -143,8 +153,8 @@ def summarize(rows: list[dict], k: int) -> list[str]:
                     parts["draft_forward_first"].append(ts[0])
                     if len(ts) > 1:
                         parts["draft_forward_later_each"].append(float(np.mean(ts[1:])))
-        desc = ", ".join(f"{p} {med(v):.4f}" for p, v in sorted(parts.items()))
-        lines.append(f"{eng}: {len(rs)} steps, step {med([r['time_s'] for r in rs]):.4f} s; {desc}")
+        desc = ", ".join(f"{p} {_median(v):.4f}" for p, v in sorted(parts.items()))
+        lines.append(f"{eng}: {len(rs)} steps, step {_median([r['time_s'] for r in rs]):.4f} s; {desc}")
     return lines
 
 
