@@ -8,8 +8,9 @@ a closed loop submits the next prompt when one finishes, a Poisson point adds ev
 passed — and times every step (wall clock around `step()`, what a request waits for). A wrapper around the
 scheduler's `schedule()` (vllm/v1/core/sched/scheduler.py) records per step the tokens scheduled per request,
 the drafts each request verifies (`scheduled_spec_decode_tokens`) and each request's cached tokens before the step
-(`num_computed_tokens`): the step's prefill and decode tokens, its KV context, and per request the drafted and
-accepted count of every decode step (accepted = new tokens − 1), steps without drafts included. Where the
+(`num_computed_tokens`): the step's prefill and decode tokens, its KV context (and the query x key pairs its
+attention reads), and per request the drafted and accepted count of every decode step (accepted = new tokens − 1),
+steps without drafts included. Where the
 scheduler cannot be reached the per-step log lines (`enable_logging_iteration_details`) are used instead.
 Before and after the points: a fixed host probe (a numpy loop, independent of vLLM) and an engine probe (one fixed
 request); both are recorded and reported, never used to correct a figure. Each point is written atomically as one
@@ -101,13 +102,14 @@ def _step_record(i: int, took: tuple, wall_s: float) -> tuple[dict, dict]:
     """(the step as the per-step log would give it, plus its KV context and drafts; drafts per request index)."""
     before, sched, spec = took
     s = {"index": i, "ctx_requests": 0, "ctx_tokens": 0, "gen_requests": 0, "gen_tokens": 0, "time_s": wall_s,
-         "kv_ctx_tokens": 0, "drafts": 0, "kv_usage": None}
+         "kv_ctx_tokens": 0, "kv_attended_tokens": 0, "drafts": 0, "kv_usage": None}
     for rid, n in sched.items():
         computed, prompt = before.get(rid, (0, 1 << 30))
         gen = computed >= prompt
         s["gen_requests" if gen else "ctx_requests"] += 1
         s["gen_tokens" if gen else "ctx_tokens"] += int(n)
         s["kv_ctx_tokens"] += computed
+        s["kv_attended_tokens"] += int(n) * computed + int(n) * (int(n) + 1) // 2  # query x key pairs (causal)
         s["drafts"] += spec.get(rid, 0)
     by_req = {_rid(rid): spec.get(rid, 0) for rid in sched if _rid(rid) is not None}
     return s, by_req

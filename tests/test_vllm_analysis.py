@@ -250,6 +250,7 @@ def test_harness_records_steps_and_acceptance_the_analysis_reads():
     st = d["steps"]
     assert st[0]["ctx_tokens"] == 17 and st[0]["gen_tokens"] == 0  # both prompts prefilled in the first step
     assert st[1]["gen_requests"] == 2 and st[1]["gen_tokens"] == 8 and st[1]["kv_ctx_tokens"] == 17
+    assert st[1]["kv_attended_tokens"] == (4 * 10 + 10) + (4 * 7 + 10)  # 4 queries each over 10 / 7 cached + causal
     assert d["added_step"] == [0, 0, d["added_step"][2]] and d["added_step"][2] > 0
     assert d["first_scheduled_step"][2] == d["added_step"][2] + 1  # this fake engine takes it in the next step
     assert d["inflight_at_add"] == [0, 1, 1]  # the third joins while the second still runs
