@@ -81,15 +81,15 @@ def calibration_runs(runs: list[dict], model: str, block: str | None = None) -> 
     return picked
 
 
-def step_table(runs: list[dict], where: str, monotone: bool = True) -> sf.FittedStepTable:
+def step_table(runs: list[dict], where: str, monotone: bool = True, kv: str = "context") -> sf.FittedStepTable:
     """Step time against the tokens a step scheduled (a candidate of experiments/vllm_select.py)."""
     steps = [s for r in runs for s in r["steps"]]
-    return sf.fit_step_table(sf.StepSamples.from_steps(steps, where), where=where, monotone=monotone)
+    return sf.fit_step_table(sf.StepSamples.from_steps(steps, where, kv), where=where, monotone=monotone)
 
 
-def request_table(runs: list[dict], where: str, monotone: bool = True) -> rt.RequestStepTable:
+def request_table(runs: list[dict], where: str, monotone: bool = True, kv: str = "context") -> rt.RequestStepTable:
     """The (tokens, requests) table (specsim.validation.request_table; a candidate of experiments/vllm_select.py)."""
-    return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where, monotone=monotone)
+    return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where, monotone=monotone, kv=kv)
 
 
 def kv_blocks(out: Path, run: dict) -> int | None:
@@ -217,12 +217,14 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
 
 
 def fit_tables(runs: list[dict], fit: tuple, block: str | None = None, models=tuple(CAL)) -> tuple:
-    """The tables of `models` (default: target, draft) of one fit — (kind "token" | "request", monotone, ...) — on
-    the calibration runs of `block` (every block when None)."""
+    """The tables of `models` (default: target, draft) of one fit — (kind "token" | "request", monotone, pool,
+    KV measure "context" | "attended"; context where not given) — on the calibration runs of `block` (every block
+    when None)."""
     kind, monotone = fit[:2]
+    kv = fit[3] if len(fit) > 3 else "context"
     make = step_table if kind == "token" else request_table
     at = f", block {block}" if block else ""
-    return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone)
+    return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone, kv=kv)
                  for m in models)
 
 
@@ -294,13 +296,13 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     fit_runs = [r for r in runs if r.get("mode") not in CAL.values()] + \
         [r for r in every if r.get("mode") in CAL.values()]
     sel = fixed(fit_from) if fit_from else select(out, fit_runs, dst)
-    fit = (sel["kind"], sel["monotone"], sel.get("pool", "block"))
+    fit = (sel["kind"], sel["monotone"], sel.get("pool", "block"), sel.get("kv", "context"))
     tt, td = fit_tables(fit_runs, SESSION12)
     pooled = fit_tables(fit_runs, fit)
     for m, t in zip(CAL, pooled):
         t.write_csv(dst / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]}); fit: "
                                                   f"{sel['chosen']} (experiments/vllm_select.py)")
-    fits = {"chosen": fit} | ({"token_monotone": SESSION12} if fit != SESSION12 else {})
+    fits = {"chosen": fit} | ({"token_monotone": SESSION12} if fit[:3] != SESSION12 or fit[3] != "context" else {})
     tabs = {name: tables_by_block(fit_runs, f) for name, f in fits.items()}
     block_csvs(dst, runs, fit)
 
@@ -366,7 +368,7 @@ def _info(t) -> dict:
 def _table_info(t: sf.FittedStepTable) -> dict:
     gaps = [[int(a), int(b)] for a, b, c in zip(t.tokens[:-1], t.tokens[1:], t.covered) if not c]
     return {"range": [int(t.tokens[0]), int(t.tokens[-1])], "knots": int(t.tokens.size), "gaps": gaps,
-            "monotone": t.monotone,
+            "monotone": t.monotone, "kv_measure": t.kv_measure, "kv_left_out_steps": t.left_out,
             "kv_slope_s_per_token": t.kv_slope_s_per_token, "unmeasured": t.unmeasured.summary()}
 
 

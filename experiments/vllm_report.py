@@ -176,6 +176,11 @@ POOL_TEXT = {"block": "each block's runs priced by tables fitted on that block's
                        "specsim/validation/host_scale.py)"}
 
 
+KV_TEXT = {"context": "KV slope per cached token (summed over the step's requests)",
+           "attended": "KV slope per query x key pair (per request new x cached tokens + the new tokens' causal "
+                       "pairs: specsim/validation/step_fit.py)"}
+
+
 def _fit_text(res: dict) -> str:
     """The chosen fit and every candidate's score on the plain runs (experiments/vllm_select.py)."""
     sel = res.get("table_selection") or {}
@@ -186,6 +191,7 @@ def _fit_text(res: dict) -> str:
                        "request_table.py)"}[sel["kind"]]
     how = "monotone (isotonic)" if sel["monotone"] else "the per-count medians as measured (dips kept)"
     how += ", " + POOL_TEXT[sel.get("pool", "block")]
+    how += ", " + KV_TEXT[sel.get("kv", "context")]
     cands = "; ".join(f"{n} {100 * c['score']:.2f}% (TPOT {100 * c['median_abs_err_tpot_p50']:.1f}%, TTFT "
                       f"{100 * c['median_abs_err_ttft_p50']:.1f}%)" for n, c in sel["candidates"].items())
     return (f"**{sel['chosen']}**: {what}, {how}; score = (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over "

@@ -1,6 +1,6 @@
 """Which step-table fit the vLLM analysis uses, chosen on runs WITHOUT speculation only.
 
-    .venv/bin/python experiments/vllm_select.py --out experiments/results/vllm_cpu_lockstep2
+    .venv/bin/python experiments/vllm_select.py --out experiments/results/vllm_cpu_lockstep2 [--blocks 'r[0-4]-*']
 
 Why (issue 24, session 13): on this CPU the target's decode step is not monotone in its size (2-3 tokens slower
 than 4-6, in the plain runs as in the calibration: docs/validation.md), so whether a fit may keep such dips, and
@@ -21,6 +21,7 @@ filtered to "plain", "cal-target" and "cal-draft" before anything else. Writes t
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 from pathlib import Path
@@ -38,10 +39,14 @@ FITS = {"token, monotone": ("token", True), "token, as measured": ("token", Fals
 # how a block's runs are priced (experiments/vllm_analyze.py tables_by_block); the unsuffixed names are session
 # 13's candidates (its committed table_selection.json files name them), all per block
 POOL_NAMES = {"block": "", "pooled": ", pooled", "scaled": ", pooled x block host factor"}
-CANDIDATES = {name + suffix: (*fit, pool) for pool, suffix in POOL_NAMES.items() for name, fit in FITS.items()}
+# what the KV slope multiplies (specsim/validation/step_fit.py KV_MEASURES): unsuffixed = cached tokens (sessions
+# 12-14); "attended KV" = query x key pairs (session 15)
+KV_NAMES = {"context": "", "attended": ", attended KV"}
+CANDIDATES = {name + suffix + ks: (*fit, pool, kv) for kv, ks in KV_NAMES.items() for pool, suffix in POOL_NAMES.items()
+              for name, fit in FITS.items()}
 
 
-def score(out: Path, runs: list[dict], fit: tuple[str, bool, str]) -> dict:
+def score(out: Path, runs: list[dict], fit: tuple[str, bool, str, str]) -> dict:
     """Per plain run: relative error of TPOT p50 and TTFT p50, each run priced by the target table the fit gives
     its block (`vllm_analyze.tables_by_block`; the pooled one for a run outside the block protocol)."""
     tables = va.tables_by_block(runs, fit, ("target",))
@@ -66,8 +71,8 @@ def select(out: Path, runs: list[dict] | None = None, dst: Path | None = None) -
             if r.get("mode") in ("plain", "cal-target", "cal-draft")]
     res = {name: score(out, runs, fit) for name, fit in CANDIDATES.items()}
     best = min(res, key=lambda n: res[n]["score"])
-    kind, monotone, pool = CANDIDATES[best]
-    sel = {"chosen": best, "kind": kind, "monotone": monotone, "pool": pool, "candidates": res,
+    kind, monotone, pool, kv = CANDIDATES[best]
+    sel = {"chosen": best, "kind": kind, "monotone": monotone, "pool": pool, "kv": kv, "candidates": res,
            "criterion": "lowest (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over plain grid runs"}
     (out if dst is None else dst).joinpath("table_selection.json").write_text(json.dumps(sel, indent=1,
                                                                                           sort_keys=True))
@@ -82,19 +87,31 @@ def fixed(path: Path) -> dict:
         raise SystemExit(f"vllm_select: {path}: not a readable table_selection.json "
                          f"({e.__class__.__name__}: {e})") from None
     chosen = sel.get("chosen") if isinstance(sel, dict) else None
-    got = (sel.get("kind"), sel.get("monotone"), sel.get("pool", "block")) if isinstance(sel, dict) else None
+    got = (sel.get("kind"), sel.get("monotone"), sel.get("pool", "block"), sel.get("kv", "context")) \
+        if isinstance(sel, dict) else None
     if chosen not in CANDIDATES or CANDIDATES[chosen] != got:
-        raise SystemExit(f"vllm_select: {path}: chosen = {chosen!r} (kind, monotone, pool) {got} is not one of "
+        raise SystemExit(f"vllm_select: {path}: chosen = {chosen!r} (kind, monotone, pool, kv) {got} is not one of "
                          f"{dict(CANDIDATES)}")
-    return dict(sel, pool=got[2], fixed_from=str(path))
+    return dict(sel, pool=got[2], kv=got[3], fixed_from=str(path))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="a results folder of experiments/vllm_cpu.py measure")
-    sel = select(ap.parse_args().out)
+    ap.add_argument("--blocks", nargs="+", help="choose on these blocks' runs only (glob patterns, e.g. 'r[0-4]-*'):"
+                    " a choice made before later blocks are looked at")
+    ap.add_argument("--dst", type=Path, help="where table_selection.json goes (default: --out)")
+    a = ap.parse_args()
+    runs = [r for r in va.load_runs(a.out)
+            if not a.blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in a.blocks)]
+    if a.dst:
+        a.dst.mkdir(parents=True, exist_ok=True)
+    sel = select(a.out, runs, a.dst)
+    if a.blocks:  # say what the choice saw
+        sel["chosen_on_blocks"] = sorted({r["block"] for r in runs if r.get("block")})
+        (a.dst or a.out).joinpath("table_selection.json").write_text(json.dumps(sel, indent=1, sort_keys=True))
     for name, r in sel["candidates"].items():
-        print(f"{name:24s} score {r['score']:.2%}: TPOT p50 |err| {r['median_abs_err_tpot_p50']:.2%} (median "
+        print(f"{name:48s} score {r['score']:.2%}: TPOT p50 |err| {r['median_abs_err_tpot_p50']:.2%} (median "
               f"{r['median_err_tpot_p50']:+.2%}), TTFT p50 |err| {r['median_abs_err_ttft_p50']:.2%} (median "
               f"{r['median_err_ttft_p50']:+.2%}) over {r['runs']} plain runs")
     print(f"chosen: {sel['chosen']}")

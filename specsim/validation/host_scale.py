@@ -17,12 +17,14 @@ import numpy as np
 
 from specsim.errors import ConfigError
 from specsim.validation.request_table import RequestStepTable
+from specsim.validation.step_fit import step_kv
 
 
 def step_price(table, s: dict) -> float:
     """`table`'s price of one step of the per-step log (tokens, requests, KV context), not counted as a query."""
     T = s["ctx_tokens"] + s["gen_tokens"]
-    ctx = s.get("kv_ctx_tokens")
+    ctx = step_kv(s, kv=getattr(table, "kv_measure", "context"))
+    ctx = None if np.isnan(ctx) else ctx
     if isinstance(table, RequestStepTable):
         return table.time_at(T, max(1, s["ctx_requests"] + s["gen_requests"]), ctx, count=False)
     return table.time_at(T, ctx, count=False)

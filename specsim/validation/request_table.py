@@ -26,14 +26,13 @@ experiments/vllm_select.py, which chooses the fit on plain runs alone (docs/vali
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from specsim.errors import ConfigError
-from specsim.validation.step_fit import FittedStepTable, StepSamples, Unmeasured, fit_step_table
+from specsim.validation.step_fit import FittedStepTable, StepSamples, Unmeasured, fit_step_table, step_kv
 
 
 def _requests(s: dict, i: int, where: str) -> tuple[int, int, int]:
@@ -78,6 +77,10 @@ class RequestStepTable:
     def __init__(self, single: FittedStepTable, decode: FittedStepTable, where: str = "request step table"):
         self.single, self.decode, self.where = single, decode, where
         self.unmeasured = Unmeasured()
+
+    @property
+    def kv_measure(self) -> str:
+        return self.single.kv_measure
 
     def _count(self, T: float, R: int) -> None:
         u = self.unmeasured
@@ -128,21 +131,23 @@ class RequestStepTable:
         new = new[new > 0]
         if new.size == 0:
             return 0.0, 0.0, 0.0
-        c = math.fsum(np.asarray(ctx, float).tolist())
+        c = self.single.kv_of(new, ctx)
         return self.time_at(float(new.sum()), int(new.size), c), 0.0, 0.0
 
 
-def fit_request_table(steps: list[dict], where: str = "request step table", monotone: bool = True) -> RequestStepTable:
+def fit_request_table(steps: list[dict], where: str = "request step table", monotone: bool = True,
+                      kv: str = "context") -> RequestStepTable:
     """Both families fitted as `fit_step_table` fits one (knots at measured counts, isotonic unless
-    monotone=False, KV slope)."""
+    monotone=False, KV slope over the `kv` measure)."""
     f = Families.split(steps, where)
     if not f.single or not f.decode:
         raise ConfigError("a (tokens, requests) table needs one-request steps and multi-request decode steps",
                           file=where, field="steps", value=f"{len(f.single)} one-request, {len(f.decode)} decode",
                           allowed=">= 2 distinct counts of each")
-    single = fit_step_table(StepSamples.from_steps(f.single, where), where=f"{where}: one request", monotone=monotone)
+    single = fit_step_table(StepSamples.from_steps(f.single, where, kv), where=f"{where}: one request",
+                            monotone=monotone)
     # a pure decode's token count is its request count: the decode table's axis is both
-    decode = fit_step_table(StepSamples.from_steps(f.decode + [s for s in f.single if _is_decode1(s)], where),
+    decode = fit_step_table(StepSamples.from_steps(f.decode + [s for s in f.single if _is_decode1(s)], where, kv),
                             where=f"{where}: decodes", monotone=monotone)
     return RequestStepTable(single, decode, where=where)
 
@@ -162,7 +167,8 @@ def holdout(table: RequestStepTable, steps: list[dict], token_table: FittedStepT
     meas = np.array([s["time_s"] for s in other], float)
     T = [s["ctx_tokens"] + s["gen_tokens"] for s in other]
     R = [s["ctx_requests"] + s["gen_requests"] for s in other]
-    kv = [s.get("kv_ctx_tokens") for s in other]
+    kv = [None if np.isnan(c) else c for c in (step_kv(s, i, table.where, table.kv_measure)
+                                               for i, s in enumerate(other))]
     pred = np.array([table.time_at(t, r, k, count=False) for t, r, k in zip(T, R, kv)])
     res = {"steps": len(other), "requests_range": [min(R), max(R)], "tokens_range": [min(T), max(T)]}
     res.update(_err("request_table", pred, meas))

@@ -18,6 +18,10 @@ Here:
 - each step's KV context (tokens already cached, summed over the step's requests) is kept beside it when the log
   gives it; the table carries the median context per knot and a within-knot slope (seconds per cached token,
   least squares of the deviations from each knot's means, clipped at 0), so a step at a longer context costs more;
+- the KV term's measure is chosen per fit (`KV_MEASURES`): "context", the cached tokens summed over the step's
+  requests (each request read once), or "attended", the query x key pairs its attention computes (per request new
+  tokens x cached tokens + the new tokens' causal pairs): a verification of k + 1 tokens reads its context k + 1
+  times, as a decode of k + 1 requests reads theirs, where "context" counts it once (issue 24, session 15);
 - no shared per-step overhead is split out of any table: the draft's table is priced as measured (the speculative
   step pays the draft's own step work too, which the split of the old analysis removed).
 `check_no_speculation` refuses a run that drafted anything: the calibration never sees a speculative run.
@@ -84,24 +88,64 @@ def _step_number(s, i: int, key: str, where, integer: bool) -> float:
     return float(v)
 
 
+KV_MEASURES = ("context", "attended")  # what the KV slope multiplies (module docstring)
+
+
+def _check_measure(kv: str) -> str:
+    if kv not in KV_MEASURES:
+        raise ConfigError("unknown KV measure", file="step table", field="kv", value=kv, allowed=str(KV_MEASURES))
+    return kv
+
+
+def step_kv(s: dict, i: int = 0, where="steps", kv: str = "context") -> float:
+    """A logged step's KV measure: "context" is kv_ctx_tokens; "attended" is kv_attended_tokens where logged, else
+    derived where the log determines it (one request: T x context + T(T+1)/2; a pure one-token decode of R
+    requests: context + R); NaN where it is not logged or not determined (a chunk beside decodes in an older log)."""
+    if _check_measure(kv) == "attended" and s.get("kv_attended_tokens") is not None:
+        return _step_number(s, i, "kv_attended_tokens", where, True)
+    if s.get("kv_ctx_tokens") is None:
+        return float("nan")
+    c = _step_number(s, i, "kv_ctx_tokens", where, True)
+    if kv == "context":
+        return c
+    T = _step_number(s, i, "ctx_tokens", where, True) + _step_number(s, i, "gen_tokens", where, True)
+    if s.get("ctx_requests", 0) + s.get("gen_requests", 0) == 1:
+        return T * c + T * (T + 1) / 2
+    if s.get("ctx_requests", 0) == 0 and s.get("gen_tokens") == s.get("gen_requests"):
+        return c + T
+    return float("nan")
+
+
+def attended_pairs(new, ctx) -> float:
+    """Query x key pairs of a step: sum over requests of new x cached + new(new + 1)/2 (exact sum, no BLAS)."""
+    n, c = np.asarray(new, float), np.asarray(ctx, float)
+    return math.fsum((n * c + n * (n + 1) / 2).tolist())
+
+
 @dataclass
 class StepSamples:
-    """Per-step samples of one model served alone: tokens scheduled, time, KV context (NaN where not logged)."""
+    """Per-step samples of one model served alone: tokens scheduled, time, KV measure (NaN where not logged)."""
 
     tokens: np.ndarray
     time_s: np.ndarray
     ctx_tokens: np.ndarray
+    kv_measure: str = "context"
+    left_out: int = 0  # steps whose attended pairs an older log does not determine (kv="attended" only)
 
     @classmethod
-    def from_steps(cls, steps: list[dict], where: str = "steps") -> StepSamples:
+    def from_steps(cls, steps: list[dict], where: str = "steps", kv: str = "context") -> StepSamples:
         """From step dicts with ctx_tokens + gen_tokens (the per-step log's prefill and decode tokens), time_s and
-        optionally kv_ctx_tokens (the cached tokens the step read)."""
+        optionally kv_ctx_tokens (the cached tokens the step read) and kv_attended_tokens. With kv="attended" a
+        step whose pairs the log does not determine is left out (counted in `left_out`) where others have them."""
         tok = np.array([_step_number(s, i, "ctx_tokens", where, True) + _step_number(s, i, "gen_tokens", where, True)
                         for i, s in enumerate(steps)], float)
         ts = np.array([_step_number(s, i, "time_s", where, False) for i, s in enumerate(steps)], float)
-        kv = np.array([np.nan if s.get("kv_ctx_tokens") is None else _step_number(s, i, "kv_ctx_tokens", where, True)
-                       for i, s in enumerate(steps)], float)
+        kvs = np.array([step_kv(s, i, where, kv) for i, s in enumerate(steps)], float)
         keep = tok > 0
+        left = 0
+        if kv == "attended" and np.isfinite(kvs[keep]).any():
+            left = int((keep & ~np.isfinite(kvs)).sum())
+            keep &= np.isfinite(kvs)
         if not keep.any():
             raise ConfigError("no steps with tokens to fit", file=where, field="steps", value=len(steps),
                               allowed="a per-step log of at least two distinct token counts")
@@ -109,7 +153,7 @@ class StepSamples:
             raise ConfigError("a step time that is not a positive number", file=where, field="time_s",
                               value=float(ts[keep][~(np.isfinite(ts[keep]) & (ts[keep] > 0))][0]),
                               allowed="seconds > 0")
-        return cls(tok[keep], ts[keep], kv[keep])
+        return cls(tok[keep], ts[keep], kvs[keep], kv, left)
 
 
 def covered(knots: np.ndarray) -> np.ndarray:
@@ -144,9 +188,11 @@ class FittedStepTable(StepTable):
     """A monotone step table with knots at measured counts that counts every price it had to guess."""
 
     def __init__(self, tokens, time_s, ctx_tokens, steps, raw_median_s, kv_slope_s_per_token: float,
-                 where: str = "fitted step table", monotone: bool = True):
+                 where: str = "fitted step table", monotone: bool = True, kv_measure: str = "context",
+                 left_out: int = 0):
         super().__init__(tokens, time_s, where=where, envelope=monotone)
         self.monotone = bool(monotone)
+        self.kv_measure, self.left_out = _check_measure(kv_measure), int(left_out)
         self.ctx_tokens = np.asarray(ctx_tokens, float)
         self.steps = np.asarray(steps, np.int64)
         self.raw_median_s = np.asarray(raw_median_s, float)
@@ -187,17 +233,25 @@ class FittedStepTable(StepTable):
         ref = float(np.interp(T, t, self.ctx_tokens))
         return max(0.5 * base, base + self.kv_slope_s_per_token * (ctx - ref))
 
+    def kv_of(self, new: np.ndarray, ctx: np.ndarray) -> float:
+        """The step's KV measure from its requests' new and cached tokens, as the table was fitted."""
+        if self.kv_measure == "attended":
+            return attended_pairs(new, ctx)
+        return math.fsum(np.asarray(ctx, float).tolist())
+
     def price(self, new: np.ndarray, ctx: np.ndarray) -> tuple[float, float, float]:
         T = float(np.sum(new))
         if T <= 0:
             return 0.0, 0.0, 0.0
-        return self.time_at(T, math.fsum(np.asarray(ctx, float).tolist())), 0.0, 0.0
+        return self.time_at(T, self.kv_of(new, ctx)), 0.0, 0.0
 
     def describe(self) -> str:
         """One line: how the table was fitted, its KV slope, measured range and uncovered gaps."""
         gaps = [f"{int(a)}-{int(b)}" for a, b, c in zip(self.tokens[:-1], self.tokens[1:], self.covered) if not c]
         fit = "monotone (isotonic) fit" if self.monotone else "per-count medians as measured (dips kept)"
-        return (f"knots at measured token counts, {fit}; kv_slope_s_per_token: "
+        kv = "query x key pairs" if self.kv_measure == "attended" else "cached tokens"
+        left = f" ({self.left_out} steps of an older log without them left out)" if self.left_out else ""
+        return (f"knots at measured token counts, {fit}; kv_slope_s_per_token ({kv}{left}): "
                 f"{self.kv_slope_s_per_token:.6g}; measured range {int(self.tokens[0])}-{int(self.tokens[-1])}"
                 f" tokens; uncovered gaps: {', '.join(gaps) or 'none'}")
 
@@ -253,4 +307,5 @@ def fit_step_table(samples: StepSamples, where: str = "fitted step table", monot
     ctx = np.array([float(np.median(kv[tok == T])) for T in knots]) if np.isfinite(kv).all() \
         else np.full(knots.size, np.nan)
     fit = isotonic_regression(med, weights=n.astype(float), increasing=True).x if monotone else med
-    return FittedStepTable(knots, np.maximum(fit, 1e-9), ctx, n, med, slope, where=where, monotone=monotone)
+    return FittedStepTable(knots, np.maximum(fit, 1e-9), ctx, n, med, slope, where=where, monotone=monotone,
+                           kv_measure=samples.kv_measure, left_out=samples.left_out)

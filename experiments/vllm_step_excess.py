@@ -1,0 +1,97 @@
+"""Diagnosis, never a fit: how much dearer a speculative step is than its tables price it, against the plain run
+measured beside it in lockstep.
+
+    .venv/bin/python experiments/vllm_step_excess.py --out experiments/results/vllm_cpu_lockstep2 [--kv attended]
+
+Why (issue 24, sessions 14-15, docs/validation.md): the speedup's errors are a bias (speculative steps cost more
+against the tables than the plain steps they are paired with). Here, per speculative grid run, its full decode steps
+(every request verifying k drafts, no prefill) are priced part by part as experiments/vllm_predict.py prices them
+(the target over the step's tokens, the draft over the step's tokens then k - 1 one-token passes) by tables pooled
+over every block's calibration, and the measured time is divided by the host's speed during that pair: the median of
+measured / priced over the lockstep-paired plain run's decode steps. Prints per (k, point) the median of measured /
+priced and the excess in seconds, and a least-squares split measured = a x target part + b x draft part over runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vllm_analyze as va  # noqa: E402
+
+
+def _kv(kv: str, n: np.ndarray, ctx: np.ndarray) -> float:
+    return float(np.sum(n * ctx + n * (n + 1) / 2)) if kv == "attended" else float(np.sum(ctx))
+
+
+def parts(s: dict, k: int, tt, td, kv: str) -> tuple[float, float] | None:
+    """(target part, draft part) of a full decode step (R requests x k + 1 tokens; the log's summed context spread
+    evenly over its requests), or None for any other step."""
+    R = s["gen_requests"]
+    if s["ctx_requests"] or not R or s["gen_tokens"] != R * (k + 1):
+        return None
+    ctx = np.full(R, s["kv_ctx_tokens"] / R)
+    n = np.full(R, k + 1.0)
+    a = tt.time_at(R * (k + 1), _kv(kv, n, ctx), count=False)
+    one = np.ones(R)
+    d = td.time_at(R * (k + 1), _kv(kv, n, ctx), count=False) + \
+        sum(td.time_at(R, _kv(kv, one, ctx + k + 1 + j), count=False) for j in range(k - 1))
+    return a, d
+
+
+def host(plain: dict, tt, kv: str) -> float:
+    """Median measured / priced over the paired plain run's decode steps."""
+    r = [s["time_s"] / tt.time_at(s["gen_tokens"], _kv(kv, np.ones(s["gen_requests"]),
+                                                         np.full(s["gen_requests"], s["kv_ctx_tokens"]
+                                                                 / s["gen_requests"])), count=False)
+         for s in plain["steps"] if not s["ctx_requests"] and s["gen_requests"]]
+    return float(np.median(r))
+
+
+def excess(runs: list[dict], fit: tuple) -> list[dict]:
+    tt, td = va.fit_tables(runs, fit)
+    kv = fit[3] if len(fit) > 3 else "context"
+    by = {(r["mode"], r["_file"].split("__")[1], r.get("block")): r for r in runs}
+    out = []
+    for (mode, point, block), r in sorted(by.items(), key=lambda x: str(x[0])):
+        if not mode.startswith("draft") or ("plain", point, block) not in by:
+            continue
+        k, h = r["cfg"]["k"], host(by[("plain", point, block)], tt, kv)
+        rows = [(s["time_s"] / h, *p) for s in r["steps"] if (p := parts(s, k, tt, td, kv))]
+        if len(rows) >= 5:
+            m, a, d = map(np.array, zip(*rows))
+            out.append({"k": k, "point": point, "block": block, "ratio": float(np.median(m / (a + d))),
+                        "excess_s": float(np.median(m - a - d)), "target_s": float(np.median(a)),
+                        "draft_s": float(np.median(d)), "measured_s": float(np.median(m)), "steps": len(rows)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--kv", choices=("context", "attended"), default="context")
+    ap.add_argument("--monotone", action="store_true", help="isotonic tables (default: per-count medians as measured)")
+    a = ap.parse_args()
+    res = excess(va.load_runs(a.out), ("token", a.monotone, "pooled", a.kv))
+    g = defaultdict(list)
+    for e in res:
+        g[(e["k"], e["point"])].append(e)
+    print(f"KV measure {a.kv}; per (k, point): median over blocks of measured / priced, excess s, steps")
+    for key, es in sorted(g.items()):
+        print(f"k{key[0]} {key[1]:6s} {np.median([e['ratio'] for e in es]):.3f}  "
+              f"{np.median([e['excess_s'] for e in es]):+.4f} s  ({sum(e['steps'] for e in es)} steps, "
+              f"{len(es)} blocks)")
+    M = np.array([e["measured_s"] for e in res])
+    X = np.c_[[e["target_s"] for e in res], [e["draft_s"] for e in res]]
+    coef = np.linalg.lstsq(X, M, rcond=None)[0]
+    print(f"all {len(res)} runs: median ratio {np.median([e['ratio'] for e in res]):.3f}; measured = "
+          f"{coef[0]:.3f} x target part + {coef[1]:.3f} x draft part")
+
+
+if __name__ == "__main__":
+    main()
