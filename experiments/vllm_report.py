@@ -193,7 +193,8 @@ def _fit_text(res: dict) -> str:
     how += ", " + POOL_TEXT[sel.get("pool", "block")]
     how += ", " + KV_TEXT[sel.get("kv", "context")]
     cands = "; ".join(f"{n} {100 * c['score']:.2f}% (TPOT {100 * c['median_abs_err_tpot_p50']:.1f}%, TTFT "
-                      f"{100 * c['median_abs_err_ttft_p50']:.1f}%)" for n, c in sel["candidates"].items())
+                      f"{100 * c['median_abs_err_ttft_p50']:.1f}%)" for n, c in (sel.get("candidates") or {}).items())
+    cands = cands or "not in the selection file (a fit named by hand, not chosen by the rule)"
     return (f"**{sel['chosen']}**: {what}, {how}; score = (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over "
             f"the plain runs, every candidate: {cands}")
 
