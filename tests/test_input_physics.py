@@ -163,6 +163,19 @@ def test_measured_grid_property(tmp_path_factory, flat, b, p, c):
         assert mc.pass_time_s(*more) >= base - 1e-15
 
 
+def test_a_measured_grid_never_falls_past_two_edges_at_once(tmp_path):
+    """The case hypothesis found: rising along every axis inside, but multilinear extrapolation past the context
+    edge turned the batch axis downhill (its cross term changes sign): 8 rows at context 513 came out cheaper than
+    1 row there. A file's grid now extrapolates each axis by one rising slope."""
+    t = np.ones((2, 2, 2))
+    t[0, 0, 0] = 0.5
+    mc = MeasuredCosts.read_csv(_grid_csv(_fresh(tmp_path, ".csv"), t))
+    base = mc.pass_time_s(1, 1, 513)
+    assert base == pytest.approx(1.0 + 0.5 / 512)  # past the context edge by one token, at the steepest slope
+    assert mc.pass_time_s(8, 1, 513) >= base and mc.pass_time_s(8, 8, 5513) >= mc.pass_time_s(8, 1, 513)
+    assert mc.pass_time_s(2, 2, 256) == pytest.approx(1.0 - 0.5 * (2 / 3) * (2 / 3) * 0.5)  # inside: multilinear
+
+
 # --- vLLM bench JSON ------------------------------------------------------------------------------------------------
 
 GOOD_BENCH = json.loads((FIX / "vllm" / "bench_detailed.json").read_text())

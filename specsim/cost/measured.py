@@ -12,8 +12,9 @@ Without them, prefill is read from the decode grid at (B, prompt_len, 0).
 
 A table read from a file is checked for physics: a pass with more rows, positions or context is not faster beyond
 measurement noise (`specsim.inputs.tables.RISE_TOLERANCE`), and what is priced is the table's monotone envelope, so
-extrapolation past the measured edge never falls. Grids built in memory from this run's own measurements
-(`specsim.executor.validate`) are used as measured.
+extrapolation past the measured edge never falls (one rising slope per axis past its edge, not a multilinear
+extrapolation of every axis at once, whose cross terms can turn an axis downhill). Grids built in memory from this
+run's own measurements (`specsim.executor.validate`) are used as measured.
 
 Bytes and FLOPs (for MBU / MFU) come from the model profile's roofline when one is given, else they are 0.
 Encoder-decoder models are not supported here (the table has no cross-attention axis).
@@ -99,6 +100,7 @@ class PassGrid:
     positions: np.ndarray
     context: np.ndarray
     time_s: np.ndarray  # shape (len(batch), len(positions), len(context))
+    envelope: bool = False  # a file's monotone envelope (`rising`): extrapolation past the grid never falls
 
     @classmethod
     def from_rows(cls, rows: Iterable[dict], where: str = "measured table") -> PassGrid:
@@ -126,15 +128,39 @@ class PassGrid:
         """This grid checked for physics (a pass with more rows, positions or context is not faster, within
         `tables.RISE_TOLERANCE`) and made monotone (`tables.rising`): what a measured file is priced with."""
         t = rising(self.time_s, list(zip(AXES, (self.batch, self.positions, self.context))), where)
-        return PassGrid(self.batch, self.positions, self.context, t)
+        return PassGrid(self.batch, self.positions, self.context, t, envelope=True)
 
     def at(self, batch: float, positions: float, context: float) -> float:
+        if self.envelope:
+            return self._at_envelope(batch, positions, context)
         t = 0.0
         for i, wi in _axis_weights(self.batch, batch):
             for j, wj in _axis_weights(self.positions, positions):
                 for k, wk in _axis_weights(self.context, context):
                     t += wi * wj * wk * self.time_s[i, j, k]
         return max(t, 0.05 * float(self.time_s.min()))  # extrapolation must never give a non-positive time
+
+    def _at_envelope(self, batch: float, positions: float, context: float) -> float:
+        """Multilinear inside the grid; past an edge, the edge's value plus, per axis, the steepest edge-segment
+        slope over that face (>= 0) times the distance. Extrapolating every axis at once multilinearly would let
+        one axis fall past another's edge (its cross term changes sign), so a monotone grid priced a pass with
+        more rows as cheaper; one constant slope per axis keeps every axis rising everywhere."""
+        axes = (self.batch, self.positions, self.context)
+        x = (batch, positions, context)
+        inside = [float(np.clip(v, a[0], a[-1])) for v, a in zip(x, axes)]
+        t = 0.0
+        for i, wi in _axis_weights(self.batch, inside[0]):
+            for j, wj in _axis_weights(self.positions, inside[1]):
+                for k, wk in _axis_weights(self.context, inside[2]):
+                    t += wi * wj * wk * self.time_s[i, j, k]
+        for ax, (a, v, c) in enumerate(zip(axes, x, inside)):
+            if v == c or len(a) == 1:
+                continue
+            end = (-1, -2) if v > c else (1, 0)  # the edge segment on the side v left the grid
+            seg = np.take(self.time_s, end[0], axis=ax) - np.take(self.time_s, end[1], axis=ax)
+            slope = max(0.0, float(np.max(seg))) / abs(float(a[end[0]] - a[end[1]]))
+            t += slope * (v - c)
+        return max(t, 0.05 * float(self.time_s.min()))
 
 
 class MeasuredCosts:
