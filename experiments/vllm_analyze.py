@@ -271,7 +271,8 @@ def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]
     return rows, _points(rows)
 
 
-SESSION12 = ("token", True, "block")  # the fit of record until session 13: token-only, monotone, per block
+SESSION12 = ("token", True, "block", "context")  # the fit of record until session 13: token-only, monotone, per
+# block, KV slope per cached token
 
 
 def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
@@ -302,7 +303,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     for m, t in zip(CAL, pooled):
         t.write_csv(dst / f"step_table_{m}.csv", f"vLLM per-step log, {m} served alone (runs {CAL[m]}); fit: "
                                                   f"{sel['chosen']} (experiments/vllm_select.py)")
-    fits = {"chosen": fit} | ({"token_monotone": SESSION12} if fit[:3] != SESSION12 or fit[3] != "context" else {})
+    fits = {"chosen": fit} | ({"token_monotone": SESSION12} if fit != SESSION12 else {})
     tabs = {name: tables_by_block(fit_runs, f) for name, f in fits.items()}
     block_csvs(dst, runs, fit)
 

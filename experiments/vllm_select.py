@@ -64,7 +64,7 @@ def score(out: Path, runs: list[dict], fit: tuple[str, bool, str, str]) -> dict:
             "median_err_tpot_p50": float(np.median(tpot)), "median_err_ttft_p50": float(np.median(ttft))}
 
 
-def select(out: Path, runs: list[dict] | None = None, dst: Path | None = None) -> dict:
+def select(out: Path, runs: list[dict] | None = None, dst: Path | None = None, blocks: bool = False) -> dict:
     """The chosen fit (lowest score) and every candidate's score; `runs` (as vllm_analyze.load_runs) are filtered
     to plain and calibration runs first, so nothing speculative is read."""
     runs = [r for r in (va.load_runs(out) if runs is None else runs)
@@ -74,6 +74,8 @@ def select(out: Path, runs: list[dict] | None = None, dst: Path | None = None) -
     kind, monotone, pool, kv = CANDIDATES[best]
     sel = {"chosen": best, "kind": kind, "monotone": monotone, "pool": pool, "kv": kv, "candidates": res,
            "criterion": "lowest (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over plain grid runs"}
+    if blocks:  # chosen on some blocks only (--blocks): say which
+        sel["chosen_on_blocks"] = sorted({r["block"] for r in runs if r.get("block")})
     (out if dst is None else dst).joinpath("table_selection.json").write_text(json.dumps(sel, indent=1,
                                                                                           sort_keys=True))
     return sel
@@ -106,10 +108,7 @@ def main() -> None:
             if not a.blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in a.blocks)]
     if a.dst:
         a.dst.mkdir(parents=True, exist_ok=True)
-    sel = select(a.out, runs, a.dst)
-    if a.blocks:  # say what the choice saw
-        sel["chosen_on_blocks"] = sorted({r["block"] for r in runs if r.get("block")})
-        (a.dst or a.out).joinpath("table_selection.json").write_text(json.dumps(sel, indent=1, sort_keys=True))
+    sel = select(a.out, runs, a.dst, blocks=bool(a.blocks))
     for name, r in sel["candidates"].items():
         print(f"{name:48s} score {r['score']:.2%}: TPOT p50 |err| {r['median_abs_err_tpot_p50']:.2%} (median "
               f"{r['median_err_tpot_p50']:+.2%}), TTFT p50 |err| {r['median_abs_err_ttft_p50']:.2%} (median "

@@ -25,11 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_analyze as va  # noqa: E402
 
 
-def _kv(kv: str, n: np.ndarray, ctx: np.ndarray) -> float:
-    return float(np.sum(n * ctx + n * (n + 1) / 2)) if kv == "attended" else float(np.sum(ctx))
-
-
-def parts(s: dict, k: int, tt, td, kv: str) -> tuple[float, float] | None:
+def parts(s: dict, k: int, tt, td) -> tuple[float, float] | None:
     """(target part, draft part) of a full decode step (R requests x k + 1 tokens; the log's summed context spread
     evenly over its requests), or None for any other step."""
     R = s["gen_requests"]
@@ -37,32 +33,30 @@ def parts(s: dict, k: int, tt, td, kv: str) -> tuple[float, float] | None:
         return None
     ctx = np.full(R, s["kv_ctx_tokens"] / R)
     n = np.full(R, k + 1.0)
-    a = tt.time_at(R * (k + 1), _kv(kv, n, ctx), count=False)
+    a = tt.time_at(R * (k + 1), tt.kv_of(n, ctx), count=False)
     one = np.ones(R)
-    d = td.time_at(R * (k + 1), _kv(kv, n, ctx), count=False) + \
-        sum(td.time_at(R, _kv(kv, one, ctx + k + 1 + j), count=False) for j in range(k - 1))
+    d = td.time_at(R * (k + 1), td.kv_of(n, ctx), count=False) + \
+        sum(td.time_at(R, td.kv_of(one, ctx + k + 1 + j), count=False) for j in range(k - 1))
     return a, d
 
 
-def host(plain: dict, tt, kv: str) -> float:
+def host(plain: dict, tt) -> float:
     """Median measured / priced over the paired plain run's decode steps."""
-    r = [s["time_s"] / tt.time_at(s["gen_tokens"], _kv(kv, np.ones(s["gen_requests"]),
-                                                         np.full(s["gen_requests"], s["kv_ctx_tokens"]
-                                                                 / s["gen_requests"])), count=False)
+    r = [s["time_s"] / tt.time_at(s["gen_tokens"], tt.kv_of(np.ones(s["gen_requests"]), np.full(
+        s["gen_requests"], s["kv_ctx_tokens"] / s["gen_requests"])), count=False)
          for s in plain["steps"] if not s["ctx_requests"] and s["gen_requests"]]
     return float(np.median(r))
 
 
 def excess(runs: list[dict], fit: tuple) -> list[dict]:
     tt, td = va.fit_tables(runs, fit)
-    kv = fit[3] if len(fit) > 3 else "context"
     by = {(r["mode"], r["_file"].split("__")[1], r.get("block")): r for r in runs}
     out = []
     for (mode, point, block), r in sorted(by.items(), key=lambda x: str(x[0])):
         if not mode.startswith("draft") or ("plain", point, block) not in by:
             continue
-        k, h = r["cfg"]["k"], host(by[("plain", point, block)], tt, kv)
-        rows = [(s["time_s"] / h, *p) for s in r["steps"] if (p := parts(s, k, tt, td, kv))]
+        k, h = r["cfg"]["k"], host(by[("plain", point, block)], tt)
+        rows = [(s["time_s"] / h, *p) for s in r["steps"] if (p := parts(s, k, tt, td))]
         if len(rows) >= 5:
             m, a, d = map(np.array, zip(*rows))
             out.append({"k": k, "point": point, "block": block, "ratio": float(np.median(m / (a + d))),

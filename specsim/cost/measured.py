@@ -130,14 +130,18 @@ class PassGrid:
         t = rising(self.time_s, list(zip(AXES, (self.batch, self.positions, self.context))), where)
         return PassGrid(self.batch, self.positions, self.context, t, envelope=True)
 
-    def at(self, batch: float, positions: float, context: float) -> float:
-        if self.envelope:
-            return self._at_envelope(batch, positions, context)
+    def _multilinear(self, batch: float, positions: float, context: float) -> float:
         t = 0.0
         for i, wi in _axis_weights(self.batch, batch):
             for j, wj in _axis_weights(self.positions, positions):
                 for k, wk in _axis_weights(self.context, context):
                     t += wi * wj * wk * self.time_s[i, j, k]
+        return t
+
+    def at(self, batch: float, positions: float, context: float) -> float:
+        if self.envelope:
+            return self._at_envelope(batch, positions, context)
+        t = self._multilinear(batch, positions, context)
         return max(t, 0.05 * float(self.time_s.min()))  # extrapolation must never give a non-positive time
 
     def _at_envelope(self, batch: float, positions: float, context: float) -> float:
@@ -148,11 +152,7 @@ class PassGrid:
         axes = (self.batch, self.positions, self.context)
         x = (batch, positions, context)
         inside = [float(np.clip(v, a[0], a[-1])) for v, a in zip(x, axes)]
-        t = 0.0
-        for i, wi in _axis_weights(self.batch, inside[0]):
-            for j, wj in _axis_weights(self.positions, inside[1]):
-                for k, wk in _axis_weights(self.context, inside[2]):
-                    t += wi * wj * wk * self.time_s[i, j, k]
+        t = self._multilinear(*inside)
         for ax, (a, v, c) in enumerate(zip(axes, x, inside)):
             if v == c or len(a) == 1:
                 continue
