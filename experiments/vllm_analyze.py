@@ -161,6 +161,9 @@ def _points(rows: list[dict]) -> list[dict]:
                 if pre == "meas":
                     d[f"meas_{m}_min"], d[f"meas_{m}_max"] = float(vals.min()), float(vals.max())
             d[f"err_{m}"] = d[f"pred_{m}"] / d[f"meas_{m}"] - 1.0
+            # paired: each repeat's prediction against that repeat's measurement (its own block's tables), then
+            # the median; err_ divides the median prediction of one repeat by the median measurement of another
+            d[f"paired_err_{m}"] = float(np.median([r[f"pred_{m}"] / r[f"meas_{m}"] - 1.0 for r in rs]))
         out.append(d)
     return out
 
@@ -196,10 +199,10 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
         # eq. (5) assumes k drafts every step: not an n-gram lookup, which proposes only where it finds a match
         eq5 = float(theory.speedup(a, k, c)) if np.isfinite(a) and v.startswith("draft") else None
         s = {"k": k, "alpha": a, "c": c, "speedup_eq5": eq5}
-        for key in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s", "plain_tpot_p50_s", "spec_ttft_p50_s",
-                    "spec_tpot_p50_s"):
-            e = np.array([abs(p[f"err_{key}"]) for p in ps])
-            s[f"median_abs_err_{key}"], s[f"max_abs_err_{key}"] = float(np.median(e)), float(e.max())
+        for key in METRICS:
+            for err in ("err", "paired_err"):
+                e = np.array([abs(p[f"{err}_{key}"]) for p in ps])
+                s[f"median_abs_{err}_{key}"], s[f"max_abs_{err}_{key}"] = float(np.median(e)), float(e.max())
         for loop in ("closed", "poisson"):
             s[f"break_even_{loop}_measured"] = break_even(points, v, loop, "meas_speedup_throughput")
             s[f"break_even_{loop}_predicted"] = break_even(points, v, loop, "pred_speedup_throughput")
@@ -207,8 +210,9 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
         s["priced_steps"] = sum(p["priced_steps"] for p in ps)
         res["variants"][v] = s
     for key in ("speedup_throughput", "speedup_tpot"):
-        e = np.array([abs(p[f"err_{key}"]) for p in points]) if points else np.zeros(1)
-        res[f"median_abs_err_{key}"], res[f"max_abs_err_{key}"] = float(np.median(e)), float(e.max())
+        for err in ("err", "paired_err"):
+            e = np.array([abs(p[f"{err}_{key}"]) for p in points]) if points else np.zeros(1)
+            res[f"median_abs_{err}_{key}"], res[f"max_abs_{err}_{key}"] = float(np.median(e)), float(e.max())
         # the measurement's own spread: (max - min) / median over a point's repeats
         w = np.array([(p[f"meas_{key}_max"] - p[f"meas_{key}_min"]) / p[f"meas_{key}"] for p in points]) \
             if points else np.zeros(1)
@@ -341,7 +345,7 @@ def _beside(out: Path, runs: list[dict], points: list[dict], res: dict, beside: 
         by = {(q["variant"], q["loop"], q["x"]): q for q in other}
         for p in points:
             q = by[(p["variant"], p["loop"], p["x"])]
-            p.update({f"{name}_{k}": q[k] for k in q if k.startswith(("pred_", "err_"))})
+            p.update({f"{name}_{k}": q[k] for k in q if k.startswith(("pred_", "err_", "paired_err_"))})
 
 
 def _holdout(runs: list[dict], rq, tok) -> dict:

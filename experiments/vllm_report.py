@@ -75,7 +75,7 @@ def _git() -> str:
 
 
 def _pct(x) -> str:
-    return f"{100 * x:+.1f}%"
+    return "—" if x is None else f"{100 * x:+.1f}%"
 
 
 def _head(out: Path, res: dict) -> list[str]:
@@ -116,8 +116,9 @@ def _head(out: Path, res: dict) -> list[str]:
     L.append(f"- over all points: speedup error (throughput ratio) median "
              f"{100 * res['median_abs_err_speedup_throughput']:.1f}%, max "
              f"{100 * res['max_abs_err_speedup_throughput']:.1f}%; TPOT-p50 ratio median "
-             f"{100 * res['median_abs_err_speedup_tpot']:.1f}%, max {100 * res['max_abs_err_speedup_tpot']:.1f}%; "
-             f"the measured speedup's own spread over repeats ((max - min) / median per point): throughput ratio "
+             f"{100 * res['median_abs_err_speedup_tpot']:.1f}%, max {100 * res['max_abs_err_speedup_tpot']:.1f}%"
+             f"{_paired(res)}; the measured speedup's own spread over repeats ((max - min) / median per point): "
+             f"throughput ratio "
              f"median {100 * res.get('median_spread_speedup_throughput', float('nan')):.1f}% (max "
              f"{100 * res.get('max_spread_speedup_throughput', float('nan')):.1f}%), TPOT ratio "
              f"{100 * res.get('median_spread_speedup_tpot', float('nan')):.1f}% "
@@ -139,6 +140,17 @@ def _head(out: Path, res: dict) -> list[str]:
     return L + _per_variant(res)
 
 
+def _paired(q: dict) -> str:
+    """The paired reading: per point the median over repeats of each repeat's prediction / its measurement - 1."""
+    if "median_abs_paired_err_speedup_throughput" not in q:
+        return ""
+    return (f" (paired, each repeat against its own prediction: throughput ratio median "
+            f"{100 * q['median_abs_paired_err_speedup_throughput']:.1f}%, max "
+            f"{100 * q['max_abs_paired_err_speedup_throughput']:.1f}%; TPOT ratio median "
+            f"{100 * q['median_abs_paired_err_speedup_tpot']:.1f}%, max "
+            f"{100 * q['max_abs_paired_err_speedup_tpot']:.1f}%)")
+
+
 def _per_variant(res: dict) -> list[str]:
     """Per speculative variant: α, c, eq. (5), the errors and the break-evens; then the join lag and the probes."""
     L = []
@@ -149,7 +161,7 @@ def _per_variant(res: dict) -> list[str]:
         L.append(f"- {v}: α = {s['alpha']:.3f} over tested positions, c = {s['c']:.3f}, eq. (5) {eq5}; speedup "
                  f"error, throughput {e['speedup_throughput']:.1f}% median / "
                  f"{100 * s['max_abs_err_speedup_throughput']:.1f}% max, TPOT {e['speedup_tpot']:.1f}% / "
-                 f"{100 * s['max_abs_err_speedup_tpot']:.1f}%; median TTFT / TPOT p50 error plain "
+                 f"{100 * s['max_abs_err_speedup_tpot']:.1f}%{_paired(s)}; median TTFT / TPOT p50 error plain "
                  f"{e['plain_ttft_p50_s']:.1f}% / {e['plain_tpot_p50_s']:.1f}%, spec {e['spec_ttft_p50_s']:.1f}% / "
                  f"{e['spec_tpot_p50_s']:.1f}%; break-even (closed / Poisson) measured "
                  f"{s['break_even_closed_measured']} / {s['break_even_poisson_measured']}, predicted "
@@ -214,7 +226,7 @@ def _beside(q: dict, label: str) -> str:
             f"{100 * q['median_abs_err_speedup_throughput']:.1f}%, max "
             f"{100 * q['max_abs_err_speedup_throughput']:.1f}%; TPOT ratio median "
             f"{100 * q['median_abs_err_speedup_tpot']:.1f}%, max "
-            f"{100 * q['max_abs_err_speedup_tpot']:.1f}%; "
+            f"{100 * q['max_abs_err_speedup_tpot']:.1f}%{_paired(q)}; "
             + "; ".join(f"{v}: plain TTFT / TPOT p50 {100 * x['median_abs_err_plain_ttft_p50_s']:.1f}% / "
                         f"{100 * x['median_abs_err_plain_tpot_p50_s']:.1f}%, spec "
                         f"{100 * x['median_abs_err_spec_ttft_p50_s']:.1f}% / "
@@ -228,22 +240,24 @@ def report(out: Path, res: dict) -> Path:
     L = _head(out, res)
     L += ["", "![measured vs predicted](vllm_cpu.png)", "",
           "| variant | point | repeats | measured speedup (thr), median [min, max] | predicted | err | measured "
-          "speedup (TPOT) [min, max] | predicted | err | session 12's fit: err thr / TPOT | pooled table: err thr / "
-          "TPOT | unmeasured steps |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "speedup (TPOT) [min, max] | predicted | err | paired err thr / TPOT | session 12's fit: err thr / TPOT | "
+          "pooled table: err thr / TPOT | unmeasured steps |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in pts:
         L.append(f"| {p['variant']} | {p['point']} | {p['repeats']} | {p['meas_speedup_throughput']:.3f} "
                  f"[{p['meas_speedup_throughput_min']:.3f}, {p['meas_speedup_throughput_max']:.3f}] | "
                  f"{p['pred_speedup_throughput']:.3f} | {_pct(p['err_speedup_throughput'])} | "
                  f"{p['meas_speedup_tpot']:.3f} [{p['meas_speedup_tpot_min']:.3f}, {p['meas_speedup_tpot_max']:.3f}]"
                  f" | {p['pred_speedup_tpot']:.3f} | {_pct(p['err_speedup_tpot'])} | "
+                 f"{_pct(p.get('paired_err_speedup_throughput'))} / {_pct(p.get('paired_err_speedup_tpot'))} | "
                  + " | ".join(f"{_pct(p[n + '_err_speedup_throughput'])} / {_pct(p[n + '_err_speedup_tpot'])}"
                               if f"{n}_err_speedup_tpot" in p else "—" for n in ("token_monotone", "pooled"))
                  + f" | {p['unmeasured_steps']} of {p['priced_steps']} |")
-    L += ["", "TTFT p50 and TPOT p50 per mode (seconds; measured median over repeats [min, max] → predicted, error):",
+    L += ["", "TTFT p50 and TPOT p50 per mode (seconds; measured median over repeats [min, max] → predicted, error; "
+          "paired: the median over repeats of each repeat's own error):",
           "", "| variant | point | plain TTFT | plain TPOT | spec TTFT | spec TPOT |", "|---|---|---|---|---|---|"]
     for p in pts:
         cells = [f"{p['meas_' + m]:.3f} [{p['meas_' + m + '_min']:.3f}, {p['meas_' + m + '_max']:.3f}] → "
-                 f"{p['pred_' + m]:.3f} ({_pct(p['err_' + m])})"
+                 f"{p['pred_' + m]:.3f} ({_pct(p['err_' + m])}; paired {_pct(p.get('paired_err_' + m))})"
                  for m in ("plain_ttft_p50_s", "plain_tpot_p50_s", "spec_ttft_p50_s", "spec_tpot_p50_s")]
         L.append(f"| {p['variant']} | {p['point']} | " + " | ".join(cells) + " |")
     if res.get("blocks"):

@@ -111,6 +111,24 @@ def test_break_even_by_concurrency_and_rate():
     assert va.break_even(pts, "v", "poisson", "s") == "none up to r0.3"
 
 
+def test_a_point_is_scored_both_unpaired_and_paired_by_repeat():
+    """err_: the median prediction over the median measurement; paired_err_: the median over repeats of each
+    repeat's prediction over its own measurement (each repeat is priced by its own block's tables)."""
+    meas, pred = (1.0, 1.1, 1.5), (1.05, 1.6, 1.1)  # repeat by repeat: +5%, +45.5%, -26.7%
+    rows = [{"variant": "v", "point": "c2", "loop": "closed", "x": 2.0, "k": 3, "repeat": i, "unmeasured_steps": 0,
+             "priced_steps": 10} | {f"meas_{m}": a for m in va.METRICS} | {f"pred_{m}": b for m in va.METRICS}
+            for i, (a, b) in enumerate(zip(meas, pred))]
+    (p,) = va._points(rows)
+    for m in va.METRICS:
+        assert p[f"err_{m}"] == pytest.approx(1.1 / 1.1 - 1.0)  # medians 1.1 and 1.1: no error, unpaired
+        assert p[f"paired_err_{m}"] == pytest.approx(0.05)  # the middle repeat's own error
+    rows[0]["pred_speedup_tpot"] = 1.3  # repeat 0 now +30%: errors +30%, +45.5%, -26.7%
+    (p,) = va._points(rows)
+    assert p["paired_err_speedup_tpot"] == pytest.approx(0.30)
+    assert p["err_speedup_tpot"] == pytest.approx(1.3 / 1.1 - 1.0)
+    assert p["paired_err_speedup_throughput"] == pytest.approx(0.05)  # the other metrics untouched
+
+
 def _chunks(cal: dict, sizes=(2, 3, 4, 5, 6, 8), scale: float = 1.0) -> list[tuple[str, dict]]:
     """One-request prefill-chunk runs beside a decode calibration run (as the block protocol measures: cal-chunkN),
     on the fixture's one-request line (0.20 s + 0.01 s per token): the request table's one-request family."""
