@@ -189,6 +189,15 @@ def _alpha(runs: list[dict], variant: str) -> float:
     return acc / drafted if drafted else float("nan")
 
 
+def _abs_errors(points: list[dict], key: str) -> dict:
+    """Median and max |error| of `key` over points, unpaired (err_) and paired (paired_err_); zeros for none."""
+    out = {}
+    for err in ("err", "paired_err"):
+        e = np.array([abs(p[f"{err}_{key}"]) for p in points]) if points else np.zeros(1)
+        out[f"median_abs_{err}_{key}"], out[f"max_abs_{err}_{key}"] = float(np.median(e)), float(e.max())
+    return out
+
+
 def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
     res: dict = {"variants": {}}
     for v in sorted({p["variant"] for p in points}):
@@ -200,9 +209,7 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
         eq5 = float(theory.speedup(a, k, c)) if np.isfinite(a) and v.startswith("draft") else None
         s = {"k": k, "alpha": a, "c": c, "speedup_eq5": eq5}
         for key in METRICS:
-            for err in ("err", "paired_err"):
-                e = np.array([abs(p[f"{err}_{key}"]) for p in ps])
-                s[f"median_abs_{err}_{key}"], s[f"max_abs_{err}_{key}"] = float(np.median(e)), float(e.max())
+            s.update(_abs_errors(ps, key))
         for loop in ("closed", "poisson"):
             s[f"break_even_{loop}_measured"] = break_even(points, v, loop, "meas_speedup_throughput")
             s[f"break_even_{loop}_predicted"] = break_even(points, v, loop, "pred_speedup_throughput")
@@ -210,9 +217,7 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
         s["priced_steps"] = sum(p["priced_steps"] for p in ps)
         res["variants"][v] = s
     for key in ("speedup_throughput", "speedup_tpot"):
-        for err in ("err", "paired_err"):
-            e = np.array([abs(p[f"{err}_{key}"]) for p in points]) if points else np.zeros(1)
-            res[f"median_abs_{err}_{key}"], res[f"max_abs_{err}_{key}"] = float(np.median(e)), float(e.max())
+        res.update(_abs_errors(points, key))
         # the measurement's own spread: (max - min) / median over a point's repeats
         w = np.array([(p[f"meas_{key}_max"] - p[f"meas_{key}_min"]) / p[f"meas_{key}"] for p in points]) \
             if points else np.zeros(1)

@@ -121,7 +121,7 @@ def test_a_point_is_scored_both_unpaired_and_paired_by_repeat():
     (p,) = va._points(rows)
     for m in va.METRICS:
         assert p[f"err_{m}"] == pytest.approx(1.1 / 1.1 - 1.0)  # medians 1.1 and 1.1: no error, unpaired
-        assert p[f"paired_err_{m}"] == pytest.approx(0.05)  # the middle repeat's own error
+        assert p[f"paired_err_{m}"] == pytest.approx(0.05)  # the median of the three own errors (repeat 0's)
     rows[0]["pred_speedup_tpot"] = 1.3  # repeat 0 now +30%: errors +30%, +45.5%, -26.7%
     (p,) = va._points(rows)
     assert p["paired_err_speedup_tpot"] == pytest.approx(0.30)
