@@ -189,6 +189,13 @@ def _alpha(runs: list[dict], variant: str) -> float:
     return acc / drafted if drafted else float("nan")
 
 
+def _proposed(runs: list[dict], variant: str) -> float:
+    """The share of a variant's request-steps (one request in one decode step) that carried drafts, from vLLM's own
+    per-request counts: 1 for a draft model, below 1 for an n-gram lookup that finds no match on some steps."""
+    steps = [d for r in runs if vrun.variant(r["cfg"]) == variant for ds, _ in vrun.request_spec(r) or [] for d in ds]
+    return sum(1 for d in steps if d > 0) / len(steps) if steps else float("nan")
+
+
 def _abs_errors(points: list[dict], key: str) -> dict:
     """Median and max |error| of `key` over points, unpaired (err_) and paired (paired_err_); zeros for none."""
     out = {}
@@ -207,7 +214,7 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
         c = td.time_at(1) / tt.time_at(1) if v.startswith("draft") else 0.0
         # eq. (5) assumes k drafts every step: not an n-gram lookup, which proposes only where it finds a match
         eq5 = float(theory.speedup(a, k, c)) if np.isfinite(a) and v.startswith("draft") else None
-        s = {"k": k, "alpha": a, "c": c, "speedup_eq5": eq5}
+        s = {"k": k, "alpha": a, "c": c, "speedup_eq5": eq5, "proposed_share": _proposed(runs, v)}
         for key in METRICS:
             s.update(_abs_errors(ps, key))
         for loop in ("closed", "poisson"):

@@ -104,6 +104,19 @@ def test_ngram_steps_without_a_match_verify_nothing():
     assert spec["throughput"] == pytest.approx(plain["throughput"], rel=1e-3)
 
 
+def test_the_share_of_request_steps_that_proposed_drafts_is_counted_per_variant():
+    run = _spec()
+    run["config"].update(method="ngram", concurrency=1)
+    run["cfg"] = vrun.run_config(run)
+    run["request_spec"] = [{"per_step_drafted": [0, 3, 0, 0], "per_step_accepted": [0, 2, 0, 0]},
+                           {"per_step_drafted": [3, 3], "per_step_accepted": [3, 0]}]
+    plain = _plain(run)
+    plain["cfg"] = vrun.run_config(plain)
+    v = vrun.variant(run["cfg"])
+    assert va._proposed([run, plain], v) == pytest.approx(3 / 6)  # 3 of 6 request-steps drafted; plain not counted
+    assert np.isnan(va._proposed([plain], v))
+
+
 def test_break_even_by_concurrency_and_rate():
     pts = [{"variant": "v", "loop": "closed", "x": x, "s": s} for x, s in ((1, 1.5), (2, 1.1), (4, 0.9), (8, 0.8))]
     pts += [{"variant": "v", "loop": "poisson", "x": r, "s": 1.2} for r in (0.1, 0.3)]
