@@ -134,7 +134,8 @@ def _pair(runs: list[dict], preds: dict) -> list[dict]:
         row = {"variant": v, "point": r["point"], "repeat": r["repeat"], "loop": r["cfg"]["loop"], "x": _x(r["cfg"]),
                "k": r["cfg"]["k"], "unmeasured_steps": preds[p["_file"]]["unmeasured_steps"] +
                preds[r["_file"]]["unmeasured_steps"],
-               "priced_steps": preds[p["_file"]]["priced_steps"] + preds[r["_file"]]["priced_steps"]}
+               "priced_steps": preds[p["_file"]]["priced_steps"] + preds[r["_file"]]["priced_steps"],
+               "steps_ratio": len(p["steps"]) / len(r["steps"]) if r["steps"] else float("nan")}
         for key, (a, b) in (("meas", (measured(p), measured(r))), ("pred", (preds[p["_file"]], preds[r["_file"]]))):
             row[f"{key}_speedup_throughput"] = b["throughput"] / a["throughput"]
             row[f"{key}_speedup_tpot"] = a["tpot_p50"] / b["tpot_p50"]
@@ -154,6 +155,9 @@ def _points(rows: list[dict]) -> list[dict]:
              "unmeasured_steps": sum(r["unmeasured_steps"] for r in rs),
              "priced_steps": sum(r["priced_steps"] for r in rs)}
         d["extrapolated"] = d["unmeasured_steps"] > 0  # the flag: this prediction priced steps nobody measured
+        # the baseline "every step costs the same" (verification priced as a decode, drafting free): on a closed
+        # loop the throughput ratio is then the plain run's step count over the speculative run's
+        d["steps_ratio"] = float(np.median([r.get("steps_ratio", float("nan")) for r in rs]))
         for m in METRICS:
             for pre in ("meas", "pred"):
                 vals = np.array([r[f"{pre}_{m}"] for r in rs], float)
@@ -196,6 +200,18 @@ def _proposed(runs: list[dict], variant: str) -> float:
     return sum(1 for d in steps if d > 0) / len(steps) if steps else float("nan")
 
 
+def _flat_baseline(ps: list[dict]) -> dict:
+    """Closed loops priced as if every step cost the same (`steps_ratio`): the throughput ratio's error against the
+    measured one (median and max |error|) and its break-even: the baseline a step table has to beat."""
+    cl = [p for p in ps if p["loop"] == "closed" and np.isfinite(p.get("steps_ratio", float("nan")))]
+    if not cl:
+        return {}
+    e = np.array([abs(p["steps_ratio"] / p["meas_speedup_throughput"] - 1.0) for p in cl])
+    return {"flat_median_abs_err_speedup_throughput": float(np.median(e)),
+            "flat_max_abs_err_speedup_throughput": float(e.max()),
+            "flat_break_even_closed": break_even(cl, ps[0]["variant"], "closed", "steps_ratio")}
+
+
 def _abs_errors(points: list[dict], key: str) -> dict:
     """Median and max |error| of `key` over points, unpaired (err_) and paired (paired_err_); zeros for none."""
     out = {}
@@ -220,6 +236,7 @@ def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
         for loop in ("closed", "poisson"):
             s[f"break_even_{loop}_measured"] = break_even(points, v, loop, "meas_speedup_throughput")
             s[f"break_even_{loop}_predicted"] = break_even(points, v, loop, "pred_speedup_throughput")
+        s.update(_flat_baseline(ps))
         s["unmeasured_steps"] = sum(p["unmeasured_steps"] for p in ps)
         s["priced_steps"] = sum(p["priced_steps"] for p in ps)
         res["variants"][v] = s

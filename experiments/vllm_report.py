@@ -167,7 +167,7 @@ def _per_variant(res: dict) -> list[str]:
                  f"{e['plain_ttft_p50_s']:.1f}% / {e['plain_tpot_p50_s']:.1f}%, spec {e['spec_ttft_p50_s']:.1f}% / "
                  f"{e['spec_tpot_p50_s']:.1f}%; break-even (closed / Poisson) measured "
                  f"{s['break_even_closed_measured']} / {s['break_even_poisson_measured']}, predicted "
-                 f"{s['break_even_closed_predicted']} / {s['break_even_poisson_predicted']}")
+                 f"{s['break_even_closed_predicted']} / {s['break_even_poisson_predicted']}{_flat(s)}")
     jl = res.get("join_lag_steps") or {}
     if jl.get("busy_n"):
         L.append(f"- measured join lag (steps between adding a request and its first step, less one): median "
@@ -181,6 +181,15 @@ def _per_variant(res: dict) -> list[str]:
                  ", ".join(f"{p['session']} {p['host_probe_s']:.3f} s / {p['probe_step_s']:.3f} s"
                            for p in res["probes"] if None not in (p.get("probe_step_s"), p.get("host_probe_s"))))
     return L
+
+
+def _flat(s: dict) -> str:
+    """The baseline beside a variant: closed loops priced as if every step cost the same (steps ratio)."""
+    if "flat_median_abs_err_speedup_throughput" not in s:
+        return ""
+    return (f"; beside it, every step priced alike (closed loops: plain steps / speculative steps), throughput "
+            f"ratio error {100 * s['flat_median_abs_err_speedup_throughput']:.1f}% median / "
+            f"{100 * s['flat_max_abs_err_speedup_throughput']:.1f}% max, break-even {s['flat_break_even_closed']}")
 
 
 POOL_TEXT = {"block": "each block's runs priced by tables fitted on that block's own calibration",

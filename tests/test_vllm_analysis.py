@@ -117,6 +117,18 @@ def test_the_share_of_request_steps_that_proposed_drafts_is_counted_per_variant(
     assert np.isnan(va._proposed([plain], v))
 
 
+def test_the_every_step_alike_baseline_is_scored_on_closed_loops_only():
+    pts = [{"variant": "v", "loop": "closed", "x": x, "steps_ratio": f, "meas_speedup_throughput": m}
+           for x, f, m in ((1, 1.2, 1.2), (2, 1.05, 1.1), (4, 1.03, 0.97), (8, 1.02, 0.96))]
+    pts.append({"variant": "v", "loop": "poisson", "x": 0.1, "steps_ratio": 3.0, "meas_speedup_throughput": 1.0})
+    b = va._flat_baseline(pts)
+    errs = sorted(abs(f / m - 1) for f, m in ((1.2, 1.2), (1.05, 1.1), (1.03, 0.97), (1.02, 0.96)))
+    assert b["flat_max_abs_err_speedup_throughput"] == pytest.approx(errs[-1])  # the Poisson point is not scored
+    assert b["flat_median_abs_err_speedup_throughput"] == pytest.approx((errs[1] + errs[2]) / 2)
+    assert b["flat_break_even_closed"] == "none up to c8"  # equal step costs: fewer steps always pay
+    assert va._flat_baseline([p for p in pts if p["loop"] == "poisson"]) == {}
+
+
 def test_break_even_by_concurrency_and_rate():
     pts = [{"variant": "v", "loop": "closed", "x": x, "s": s} for x, s in ((1, 1.5), (2, 1.1), (4, 0.9), (8, 0.8))]
     pts += [{"variant": "v", "loop": "poisson", "x": r, "s": 1.2} for r in (0.1, 0.3)]
