@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from specsim import theory  # noqa: E402
 from specsim.validation import host_scale as hs  # noqa: E402
 from specsim.validation import request_table as rt  # noqa: E402
 from specsim.validation import step_fit as sf  # noqa: E402
@@ -43,10 +42,9 @@ from specsim.validation import vllm_outputs as vr  # noqa: E402
 from specsim.validation import vllm_runs as vrun  # noqa: E402
 from vllm_host import block_drift, join_lag, probes  # noqa: E402  (experiments/vllm_host.py)
 from vllm_predict import predict  # noqa: E402  (experiments/vllm_predict.py)
+from vllm_scores import score_points, summarize  # noqa: E402  (experiments/vllm_scores.py)
 
 CAL = {"target": "cal-target", "draft": "cal-draft"}
-METRICS = ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s", "plain_tpot_p50_s", "spec_ttft_p50_s",
-           "spec_tpot_p50_s")
 
 
 def load_runs(out: Path) -> list[dict]:
@@ -146,109 +144,6 @@ def _pair(runs: list[dict], preds: dict) -> list[dict]:
     return rows
 
 
-def _points(rows: list[dict]) -> list[dict]:
-    """Median (and min, max) over repeats per (variant, point), and the prediction's relative errors."""
-    out = []
-    for v, loop, x in sorted({(r["variant"], r["loop"], r["x"]) for r in rows}):
-        rs = [r for r in rows if (r["variant"], r["loop"], r["x"]) == (v, loop, x)]
-        d = {"variant": v, "point": rs[0]["point"], "loop": loop, "x": x, "k": rs[0]["k"], "repeats": len(rs),
-             "unmeasured_steps": sum(r["unmeasured_steps"] for r in rs),
-             "priced_steps": sum(r["priced_steps"] for r in rs)}
-        d["extrapolated"] = d["unmeasured_steps"] > 0  # the flag: this prediction priced steps nobody measured
-        # the baseline "every step costs the same" (verification priced as a decode, drafting free): on a closed
-        # loop the throughput ratio is then the plain run's step count over the speculative run's
-        d["steps_ratio"] = float(np.median([r.get("steps_ratio", float("nan")) for r in rs]))
-        for m in METRICS:
-            for pre in ("meas", "pred"):
-                vals = np.array([r[f"{pre}_{m}"] for r in rs], float)
-                d[f"{pre}_{m}"] = float(np.median(vals))
-                if pre == "meas":
-                    d[f"meas_{m}_min"], d[f"meas_{m}_max"] = float(vals.min()), float(vals.max())
-            d[f"err_{m}"] = d[f"pred_{m}"] / d[f"meas_{m}"] - 1.0
-            # paired: each repeat's prediction against that repeat's measurement (its own block's tables), then
-            # the median; err_ divides the median prediction of one repeat by the median measurement of another
-            d[f"paired_err_{m}"] = float(np.median([r[f"pred_{m}"] / r[f"meas_{m}"] - 1.0 for r in rs]))
-        out.append(d)
-    return out
-
-
-def break_even(points: list[dict], variant: str, loop: str, key: str) -> str:
-    """The first grid point (lowest concurrency or rate) where speculation stops paying, or none in the grid."""
-    ps = sorted((p for p in points if p["variant"] == variant and p["loop"] == loop), key=lambda p: p["x"])
-    tag = "c" if loop == "closed" else "r"
-    for p in ps:
-        if p[key] < 1.0:
-            return f"{tag}{p['x']:g}"
-    return f"none up to {tag}{ps[-1]['x']:g}" if ps else "n/a"
-
-
-def _alpha(runs: list[dict], variant: str) -> float:
-    """Mean β over the positions a draft was tested at, from vLLM's own per-request counts of that variant."""
-    acc = drafted = 0
-    for r in runs:
-        if vrun.variant(r["cfg"]) == variant:
-            for d, a in vrun.request_spec(r) or []:
-                acc += sum(a)
-                drafted += sum(min(x + 1, y) for x, y in zip(a, d))  # a + 1 tested, all d at a clean sweep
-    return acc / drafted if drafted else float("nan")
-
-
-def _proposed(runs: list[dict], variant: str) -> float:
-    """The share of a variant's request-steps (one request in one decode step) that carried drafts, from vLLM's own
-    per-request counts: 1 for a draft model, below 1 for an n-gram lookup that finds no match on some steps."""
-    steps = [d for r in runs if vrun.variant(r["cfg"]) == variant for ds, _ in vrun.request_spec(r) or [] for d in ds]
-    return sum(1 for d in steps if d > 0) / len(steps) if steps else float("nan")
-
-
-def _flat_baseline(ps: list[dict]) -> dict:
-    """Closed loops priced as if every step cost the same (`steps_ratio`): the throughput ratio's error against the
-    measured one (median and max |error|) and its break-even: the baseline a step table has to beat."""
-    cl = [p for p in ps if p["loop"] == "closed" and np.isfinite(p.get("steps_ratio", float("nan")))]
-    if not cl:
-        return {}
-    e = np.array([abs(p["steps_ratio"] / p["meas_speedup_throughput"] - 1.0) for p in cl])
-    return {"flat_median_abs_err_speedup_throughput": float(np.median(e)),
-            "flat_max_abs_err_speedup_throughput": float(e.max()),
-            "flat_break_even_closed": break_even(cl, ps[0]["variant"], "closed", "steps_ratio")}
-
-
-def _abs_errors(points: list[dict], key: str) -> dict:
-    """Median and max |error| of `key` over points, unpaired (err_) and paired (paired_err_); zeros for none."""
-    out = {}
-    for err in ("err", "paired_err"):
-        e = np.array([abs(p[f"{err}_{key}"]) for p in points]) if points else np.zeros(1)
-        out[f"median_abs_{err}_{key}"], out[f"max_abs_{err}_{key}"] = float(np.median(e)), float(e.max())
-    return out
-
-
-def _summary(points: list[dict], runs: list[dict], tt, td) -> dict:
-    res: dict = {"variants": {}}
-    for v in sorted({p["variant"] for p in points}):
-        ps = [p for p in points if p["variant"] == v]
-        k = ps[0]["k"]
-        a = _alpha(runs, v)
-        c = td.time_at(1) / tt.time_at(1) if v.startswith("draft") else 0.0
-        # eq. (5) assumes k drafts every step: not an n-gram lookup, which proposes only where it finds a match
-        eq5 = float(theory.speedup(a, k, c)) if np.isfinite(a) and v.startswith("draft") else None
-        s = {"k": k, "alpha": a, "c": c, "speedup_eq5": eq5, "proposed_share": _proposed(runs, v)}
-        for key in METRICS:
-            s.update(_abs_errors(ps, key))
-        for loop in ("closed", "poisson"):
-            s[f"break_even_{loop}_measured"] = break_even(points, v, loop, "meas_speedup_throughput")
-            s[f"break_even_{loop}_predicted"] = break_even(points, v, loop, "pred_speedup_throughput")
-        s.update(_flat_baseline(ps))
-        s["unmeasured_steps"] = sum(p["unmeasured_steps"] for p in ps)
-        s["priced_steps"] = sum(p["priced_steps"] for p in ps)
-        res["variants"][v] = s
-    for key in ("speedup_throughput", "speedup_tpot"):
-        res.update(_abs_errors(points, key))
-        # the measurement's own spread: (max - min) / median over a point's repeats
-        w = np.array([(p[f"meas_{key}_max"] - p[f"meas_{key}_min"]) / p[f"meas_{key}"] for p in points]) \
-            if points else np.zeros(1)
-        res[f"median_spread_{key}"], res[f"max_spread_{key}"] = float(np.median(w)), float(w.max())
-    return res
-
-
 def fit_tables(runs: list[dict], fit: tuple, block: str | None = None, models=tuple(CAL)) -> tuple:
     """The tables of `models` (default: target, draft) of one fit — (kind "token" | "request", monotone, pool,
     KV measure "context" | "attended"; context where not given) — on the calibration runs of `block` (every block
@@ -301,7 +196,7 @@ def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]
         if r.get("mode") not in CAL.values():
             preds[r["_file"]] = predict(r, r["cfg"], *tables(r), kv_blocks(out, r))
     rows = _pair(runs, preds)
-    return rows, _points(rows)
+    return rows, score_points(rows)
 
 
 SESSION12 = ("token", True, "block", "context")  # the fit of record until session 13: token-only, monotone, per
@@ -344,7 +239,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
         return lambda r: tabs[name].get(r.get("block"), tabs[name][None])
 
     rows, points = _scored(out, runs, pick("chosen"))
-    res = _summary(points, runs, tt, td)
+    res = summarize(points, runs, tt, td)
     blocks_seen = sorted({r["block"] for r in runs if r.get("block")})
     beside = {"pooled": lambda r: pooled} | ({"token_monotone": pick("token_monotone")}
                                             if "token_monotone" in fits and blocks_seen else {})
@@ -370,7 +265,7 @@ def _beside(out: Path, runs: list[dict], points: list[dict], res: dict, beside: 
     predictions and errors on every point as name_pred_* / name_err_* (the plot draws them)."""
     for name, how in beside.items():
         other = _scored(out, runs, how)[1]
-        res[name] = _summary(other, runs, *ref)
+        res[name] = summarize(other, runs, *ref)
         by = {(q["variant"], q["loop"], q["x"]): q for q in other}
         for p in points:
             q = by[(p["variant"], p["loop"], p["x"])]

@@ -43,6 +43,13 @@ def point(out: Path, k: int, c: int) -> list[tuple[str, float, float]]:
     return rows
 
 
+def shape_stats(small: np.ndarray, large: np.ndarray) -> tuple[float, float, float]:
+    """(Spearman of the small step against large / small, its p, the elasticity d log large / d log small by least
+    squares) over paired medians: one factor for every step gives no correlation and elasticity 1."""
+    rho, p = spearmanr(small, large / small)
+    return float(rho), float(p), float(np.polyfit(np.log(small), np.log(large), 1)[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -56,8 +63,7 @@ def main() -> None:
                 continue
             p = np.array([r[1] for r in rows])
             s = np.array([r[2] for r in rows])
-            rho, pv = spearmanr(p, s / p)
-            el = np.polyfit(np.log(p), np.log(s), 1)[0]
+            rho, pv, el = shape_stats(p, s)
             lines.append(f"k = {k} c{c} ({c * (k + 1)} tokens): {len(rows)} blocks; plain {p.min():.3f}-{p.max():.3f}"
                          f" s; ratio {(s / p).min():.2f}-{(s / p).max():.2f}; Spearman {rho:+.2f} (p {pv:.2f}); "
                          f"elasticity {el:.2f}")

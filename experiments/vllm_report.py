@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -159,7 +160,7 @@ def _per_variant(res: dict) -> list[str]:
         e = {k: 100 * s[f"median_abs_err_{k}"] for k in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s",
                                                             "plain_tpot_p50_s", "spec_ttft_p50_s", "spec_tpot_p50_s")}
         share = s.get("proposed_share")
-        prop = "" if share is None or share != share else f", drafts proposed in {100 * share:.1f}% of request-steps"
+        prop = "" if share is None or math.isnan(share) else f", drafts proposed in {100 * share:.1f}% of request-steps"
         L.append(f"- {v}: α = {s['alpha']:.3f} over tested positions{prop}, c = {s['c']:.3f}, eq. (5) {eq5}; speedup "
                  f"error, throughput {e['speedup_throughput']:.1f}% median / "
                  f"{100 * s['max_abs_err_speedup_throughput']:.1f}% max, TPOT {e['speedup_tpot']:.1f}% / "

@@ -20,10 +20,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import spearmanr
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_blocks as vb  # noqa: E402
+from vllm_host_shape import shape_stats  # noqa: E402  (experiments/vllm_host_shape.py)
 
 LARGE, SMALL = 32, 8  # requests per decode step of engine A and of engine B
 POINTS = {"A": {"point": f"dec{LARGE}", "concurrency": LARGE, "requests": LARGE, "output_len": 40, "concat": 1},
@@ -37,8 +36,7 @@ def median_step(run: dict, tokens: int) -> float:
 def summarize(pairs: list[tuple[dict, dict]]) -> list[str]:
     big = np.array([median_step(a, LARGE) for a, _ in pairs])
     small = np.array([median_step(b, SMALL) for _, b in pairs])
-    rho, p = spearmanr(small, big / small)
-    el = np.polyfit(np.log(small), np.log(big), 1)[0]
+    rho, p, el = shape_stats(small, big)
     lines = [f"repeat {i}: {LARGE}-token step {x:.3f} s, {SMALL}-token step {y:.3f} s, ratio {x / y:.2f}"
              for i, (x, y) in enumerate(zip(big, small))]
     return lines + [f"{len(pairs)} repeats: {SMALL}-token step {small.min():.3f}-{small.max():.3f} s, ratio "

@@ -18,6 +18,7 @@ from specsim.validation import vllm_runs as vrun
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 vp = pytest.importorskip("vllm_predict")
 va = pytest.importorskip("vllm_analyze")
+vs = pytest.importorskip("vllm_scores")
 vh = pytest.importorskip("vllm_host")
 FIX = Path(__file__).parent / "fixtures" / "vllm"
 FLAT = StepTable([1, 10_000], [0.1, 0.1])  # every step 0.1 s: step counts read straight off the times
@@ -113,27 +114,27 @@ def test_the_share_of_request_steps_that_proposed_drafts_is_counted_per_variant(
     plain = _plain(run)
     plain["cfg"] = vrun.run_config(plain)
     v = vrun.variant(run["cfg"])
-    assert va._proposed([run, plain], v) == pytest.approx(3 / 6)  # 3 of 6 request-steps drafted; plain not counted
-    assert np.isnan(va._proposed([plain], v))
+    assert vs.proposed_share([run, plain], v) == pytest.approx(3 / 6)  # 3 of 6 request-steps drafted; plain not counted
+    assert np.isnan(vs.proposed_share([plain], v))
 
 
 def test_the_every_step_alike_baseline_is_scored_on_closed_loops_only():
     pts = [{"variant": "v", "loop": "closed", "x": x, "steps_ratio": f, "meas_speedup_throughput": m}
            for x, f, m in ((1, 1.2, 1.2), (2, 1.05, 1.1), (4, 1.03, 0.97), (8, 1.02, 0.96))]
     pts.append({"variant": "v", "loop": "poisson", "x": 0.1, "steps_ratio": 3.0, "meas_speedup_throughput": 1.0})
-    b = va._flat_baseline(pts)
+    b = vs.flat_baseline(pts)
     errs = sorted(abs(f / m - 1) for f, m in ((1.2, 1.2), (1.05, 1.1), (1.03, 0.97), (1.02, 0.96)))
     assert b["flat_max_abs_err_speedup_throughput"] == pytest.approx(errs[-1])  # the Poisson point is not scored
     assert b["flat_median_abs_err_speedup_throughput"] == pytest.approx((errs[1] + errs[2]) / 2)
     assert b["flat_break_even_closed"] == "none up to c8"  # equal step costs: fewer steps always pay
-    assert va._flat_baseline([p for p in pts if p["loop"] == "poisson"]) == {}
+    assert vs.flat_baseline([p for p in pts if p["loop"] == "poisson"]) == {}
 
 
 def test_break_even_by_concurrency_and_rate():
     pts = [{"variant": "v", "loop": "closed", "x": x, "s": s} for x, s in ((1, 1.5), (2, 1.1), (4, 0.9), (8, 0.8))]
     pts += [{"variant": "v", "loop": "poisson", "x": r, "s": 1.2} for r in (0.1, 0.3)]
-    assert va.break_even(pts, "v", "closed", "s") == "c4"
-    assert va.break_even(pts, "v", "poisson", "s") == "none up to r0.3"
+    assert vs.break_even(pts, "v", "closed", "s") == "c4"
+    assert vs.break_even(pts, "v", "poisson", "s") == "none up to r0.3"
 
 
 def test_a_point_is_scored_both_unpaired_and_paired_by_repeat():
@@ -141,14 +142,14 @@ def test_a_point_is_scored_both_unpaired_and_paired_by_repeat():
     repeat's prediction over its own measurement (each repeat is priced by its own block's tables)."""
     meas, pred = (1.0, 1.1, 1.5), (1.05, 1.6, 1.1)  # repeat by repeat: +5%, +45.5%, -26.7%
     rows = [{"variant": "v", "point": "c2", "loop": "closed", "x": 2.0, "k": 3, "repeat": i, "unmeasured_steps": 0,
-             "priced_steps": 10} | {f"meas_{m}": a for m in va.METRICS} | {f"pred_{m}": b for m in va.METRICS}
+             "priced_steps": 10} | {f"meas_{m}": a for m in vs.METRICS} | {f"pred_{m}": b for m in vs.METRICS}
             for i, (a, b) in enumerate(zip(meas, pred))]
-    (p,) = va._points(rows)
-    for m in va.METRICS:
+    (p,) = vs.score_points(rows)
+    for m in vs.METRICS:
         assert p[f"err_{m}"] == pytest.approx(1.1 / 1.1 - 1.0)  # medians 1.1 and 1.1: no error, unpaired
         assert p[f"paired_err_{m}"] == pytest.approx(0.05)  # the median of the three own errors (repeat 0's)
     rows[0]["pred_speedup_tpot"] = 1.3  # repeat 0 now +30%: errors +30%, +45.5%, -26.7%
-    (p,) = va._points(rows)
+    (p,) = vs.score_points(rows)
     assert p["paired_err_speedup_tpot"] == pytest.approx(0.30)
     assert p["err_speedup_tpot"] == pytest.approx(1.3 / 1.1 - 1.0)
     assert p["paired_err_speedup_throughput"] == pytest.approx(0.05)  # the other metrics untouched
