@@ -22,10 +22,9 @@ import numpy as np
 from scipy.stats import spearmanr
 
 
-def full_steps(run_file: Path, tokens: int) -> float | None:
+def full_steps(run: dict, tokens: int) -> float | None:
     """Median time of the run's decode steps (no prefill) that scheduled exactly `tokens` tokens."""
-    steps = json.loads(run_file.read_text())["steps"]
-    t = [s["time_s"] for s in steps if not s["ctx_requests"] and s["gen_tokens"] == tokens]
+    t = [s["time_s"] for s in run["steps"] if not s["ctx_requests"] and s["gen_tokens"] == tokens]
     return float(np.median(t)) if t else None
 
 
@@ -37,7 +36,7 @@ def point(out: Path, k: int, c: int) -> list[tuple[str, float, float]]:
         pl = out / "runs" / f"plain__c{c}__{block}.json"
         if not pl.exists():
             continue
-        p, s = full_steps(pl, c), full_steps(sp, c * (k + 1))
+        p, s = full_steps(json.loads(pl.read_text()), c), full_steps(json.loads(sp.read_text()), c * (k + 1))
         if p and s:
             rows.append((block, p, s))
     return rows

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from vllm_cpu import cpu_model  # noqa: E402  (one /proc/cpuinfo reader for the vLLM scripts)
+from vllm_scores import METRICS  # noqa: E402  (experiments/vllm_scores.py)
 
 # the first harness's runs record no machine; its own report said (vllm_cpu.md as committed in 59dc54b)
 LEGACY_MACHINE = "Intel(R) Xeon(R) Processor, 2 cores (the first harness's report, commit 59dc54b)"
@@ -157,8 +158,7 @@ def _per_variant(res: dict) -> list[str]:
     L = []
     for v, s in sorted(res["variants"].items()):
         eq5 = "n/a" if s["speedup_eq5"] is None else f"{s['speedup_eq5']:.3f}"
-        e = {k: 100 * s[f"median_abs_err_{k}"] for k in ("speedup_throughput", "speedup_tpot", "plain_ttft_p50_s",
-                                                            "plain_tpot_p50_s", "spec_ttft_p50_s", "spec_tpot_p50_s")}
+        e = {k: 100 * s[f"median_abs_err_{k}"] for k in METRICS}
         share = s.get("proposed_share")
         prop = "" if share is None or math.isnan(share) else f", drafts proposed in {100 * share:.1f}% of request-steps"
         L.append(f"- {v}: α = {s['alpha']:.3f} over tested positions{prop}, c = {s['c']:.3f}, eq. (5) {eq5}; speedup "
@@ -270,7 +270,7 @@ def report(out: Path, res: dict) -> Path:
     for p in pts:
         cells = [f"{p['meas_' + m]:.3f} [{p['meas_' + m + '_min']:.3f}, {p['meas_' + m + '_max']:.3f}] → "
                  f"{p['pred_' + m]:.3f} ({_pct(p['err_' + m])}; paired {_pct(p.get('paired_err_' + m))})"
-                 for m in ("plain_ttft_p50_s", "plain_tpot_p50_s", "spec_ttft_p50_s", "spec_tpot_p50_s")]
+                 for m in METRICS[2:]]  # the four p50 times
         L.append(f"| {p['variant']} | {p['point']} | " + " | ".join(cells) + " |")
     if res.get("blocks"):
         L += ["", "The host between blocks: the target's 1-request decode step (median, seconds) in the block's "

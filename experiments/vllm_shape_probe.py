@@ -22,20 +22,16 @@ from pathlib import Path
 import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_blocks as vb  # noqa: E402
-from vllm_host_shape import shape_stats  # noqa: E402  (experiments/vllm_host_shape.py)
+from vllm_host_shape import full_steps, shape_stats  # noqa: E402  (experiments/vllm_host_shape.py)
 
 LARGE, SMALL = 32, 8  # requests per decode step of engine A and of engine B
 POINTS = {"A": {"point": f"dec{LARGE}", "concurrency": LARGE, "requests": LARGE, "output_len": 40, "concat": 1},
           "B": {"point": f"dec{SMALL}", "concurrency": SMALL, "requests": SMALL, "output_len": 96, "concat": 1}}
 
 
-def median_step(run: dict, tokens: int) -> float:
-    return float(np.median([s["time_s"] for s in run["steps"] if not s["ctx_requests"] and s["gen_tokens"] == tokens]))
-
-
 def summarize(pairs: list[tuple[dict, dict]]) -> list[str]:
-    big = np.array([median_step(a, LARGE) for a, _ in pairs])
-    small = np.array([median_step(b, SMALL) for _, b in pairs])
+    big = np.array([full_steps(a, LARGE) for a, _ in pairs])
+    small = np.array([full_steps(b, SMALL) for _, b in pairs])
     rho, p, el = shape_stats(small, big)
     lines = [f"repeat {i}: {LARGE}-token step {x:.3f} s, {SMALL}-token step {y:.3f} s, ratio {x / y:.2f}"
              for i, (x, y) in enumerate(zip(big, small))]
