@@ -211,7 +211,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     `token_monotone`) and by the chosen fit's tables pooled over every block (`pooled`). `blocks` (glob patterns)
     keeps those blocks' grid runs only, the tables still see every block's calibration (runs without
     speculation); what is written goes to `dst` (default: `out`)."""
-    from vllm_select import fixed, select  # experiments/vllm_select.py
+    from vllm_select import fixed, previous, select  # experiments/vllm_select.py
 
     dst = out if dst is None else dst
     dst.mkdir(parents=True, exist_ok=True)
@@ -224,7 +224,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     # what tables are fitted on: the kept blocks' runs and every block's calibration (a pooled fit pools it all)
     fit_runs = [r for r in runs if r.get("mode") not in CAL.values()] + \
         [r for r in every if r.get("mode") in CAL.values()]
-    sel = fixed(fit_from) if fit_from else select(out, fit_runs, dst)
+    sel = fixed(fit_from) if fit_from else select(out, fit_runs, dst, incumbent=previous(dst))
     fit = (sel["kind"], sel["monotone"], sel.get("pool", "block"), sel.get("kv", "context"))
     tt, td = fit_tables(fit_runs, SESSION12)
     pooled = fit_tables(fit_runs, fit)

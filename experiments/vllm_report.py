@@ -219,8 +219,15 @@ def _fit_text(res: dict) -> str:
     cands = "; ".join(f"{n} {100 * c['score']:.2f}% (TPOT {100 * c['median_abs_err_tpot_p50']:.1f}%, TTFT "
                       f"{100 * c['median_abs_err_ttft_p50']:.1f}%)" for n, c in (sel.get("candidates") or {}).items())
     cands = cands or "not in the selection file (a fit named by hand, not chosen by the rule)"
+    rule = sel.get("rule") or {}
+    kept = ""
+    if rule.get("incumbent") and rule.get("challenger") != rule["incumbent"]:
+        kept = (f"; the choice in force was {rule['incumbent']}, the lowest score {rule['challenger']} won "
+                f"{rule['challenger_wins_share']:.1%} of {rule['draws']} paired block resamples (needs "
+                f"{rule['win_share_needed']:.0%}), so ")
+        kept += "it replaced it" if sel["chosen"] == rule["challenger"] else "the choice in force stays"
     return (f"**{sel['chosen']}**: {what}, {how}; score = (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over "
-            f"the plain runs, every candidate: {cands}")
+            f"the plain runs{kept}, every candidate: {cands}")
 
 
 def _table_line(name: str, t: dict) -> str:

@@ -491,3 +491,47 @@ def test_a_session_13_fit_file_names_a_per_block_fit(tmp_path):
     assert vs.fixed(f)["pool"] == "block"
     f.write_text('{"chosen": "token, as measured, pooled", "kind": "token", "monotone": false, "pool": "pooled"}')
     assert vs.fixed(f)["pool"] == "pooled"
+
+
+def test_a_challenger_replaces_the_choice_in_force_only_beyond_the_criterions_noise():
+    """experiments/vllm_select.py wins_share: paired block resamples. A challenger better in every block wins
+    every draw; one better on the whole set by a hair, worse in half the blocks, wins far fewer than 95%; the
+    stream is seeded, so the share repeats bit for bit."""
+    vsel = pytest.importorskip("vllm_select")
+    blocks = [f"r{b}" for b in range(8) for _ in range(7)]
+    rng = np.random.default_rng(0)
+    base = rng.normal(0.0, 0.08, (2, len(blocks)))
+    clear = {"inc": (base[0], base[1]), "ch": (base[0] * 0.5, base[1] * 0.5)}
+    assert vsel.wins_share(blocks, clear, "ch", "inc", draws=200) == 1.0
+    shift = np.array([0.9 if int(b[1]) % 2 else 1.1 for b in blocks])  # better in odd blocks, worse in even ones
+    hair = {"inc": (base[0], base[1]), "ch": (base[0] * shift * 0.98, base[1] * shift * 0.98)}
+    share = vsel.wins_share(blocks, hair, "ch", "inc", draws=200)
+    assert 0.05 < share < vsel.WIN_SHARE
+    assert vsel.wins_share(blocks, hair, "ch", "inc", draws=200) == share
+
+
+def test_the_choice_in_force_stays_unless_the_rule_lets_the_challenger_in(tmp_path, monkeypatch):
+    """select(incumbent=...): one block, so every draw is that block and a strictly lower score always wins it;
+    with the bar above 100% the incumbent stays; the rule's figures are written; a name that is no candidate is
+    one line."""
+    vsel = pytest.importorskip("vllm_select")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cal = json.loads((FIX / "offline_cal_run.json").read_text())
+    spec = _spec()
+    for name, r in (("cal-target", cal), ("cal-draft", dict(copy.deepcopy(cal), mode="cal-draft")),
+                    ("plain", _plain(spec)), *_chunks(cal)):
+        (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(dict(r, block="r0-draft-k3")))
+    loaded = va.load_runs(tmp_path)
+    free = vsel.select(tmp_path, loaded)
+    worst = max(free["candidates"], key=lambda n: free["candidates"][n]["score"])
+    assert free["candidates"][worst]["score"] > free["candidates"][free["chosen"]]["score"]
+    assert vsel.previous(tmp_path) == free["chosen"]
+    swap = vsel.select(tmp_path, loaded, incumbent=worst)
+    assert swap["chosen"] == free["chosen"] and swap["rule"]["challenger_wins_share"] == 1.0
+    monkeypatch.setattr(vsel, "WIN_SHARE", 1.01)
+    kept = vsel.select(tmp_path, loaded, incumbent=worst)
+    assert kept["chosen"] == worst and kept["rule"]["incumbent"] == worst
+    assert kept["candidates"] == free["candidates"]
+    with pytest.raises(SystemExit, match="incumbent 'bogus' is not one of"):
+        vsel.select(tmp_path, loaded, incumbent="bogus")
