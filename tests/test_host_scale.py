@@ -59,3 +59,33 @@ def test_no_steps_no_factor():
     base = fit_step_table(StepSamples.from_steps(_steps(1.0)))
     with pytest.raises(ConfigError, match="no calibration steps"):
         hs.host_factor(base, [])
+
+
+def test_a_shaped_host_factor_moves_large_steps_less_than_the_reference_step():
+    """f_ref 1.44 measured at 4 tokens, beta 0.5: a 16-token step moves by 1.44 ** 0.5 = 1.2, a 64-token one by
+    1.44 ** 0.25; a step at or below 4 tokens by 1.44; beta 0 is one factor for every size (ScaledTable)."""
+    base = fit_step_table(StepSamples.from_steps(_steps(1.0)), monotone=False)
+    t = hs.ShapedHostTable(base, 1.44, 4, 0.5)
+    assert t.factor(4) == pytest.approx(1.44) and t.factor(16) == pytest.approx(1.2)
+    assert t.factor(64) == pytest.approx(1.44 ** 0.25) and t.factor(1) == pytest.approx(1.44)
+    assert t.time_at(16, count=False) == pytest.approx(1.2 * base.time_at(16, count=False))
+    assert t.price(np.array([8, 8]), np.array([10, 10]))[0] == pytest.approx(
+        1.2 * base.price(np.array([8, 8]), np.array([10, 10]))[0])
+    flat = hs.ShapedHostTable(base, 1.44, 4, 0.0)
+    assert flat.time_at(16, count=False) == pytest.approx(hs.ScaledTable(base, 1.44).time_at(16, count=False))
+    assert t.unmeasured is base.unmeasured
+
+
+def test_a_rescaled_request_table_is_still_priced_with_its_steps_requests():
+    """host_factor sees through the wrappers: a request table times 2 measured against steps 3x slower is 1.5."""
+    rq = fit_request_table(_steps(1.0), monotone=False)
+    assert hs.host_factor(hs.ScaledTable(rq, 2.0), _steps(3.0)) == pytest.approx(1.5, rel=1e-9)
+    assert hs.host_factor(hs.ShapedHostTable(rq, 3.0, 1, 0.0), _steps(3.0)) == pytest.approx(1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("args", [(0.0, 4, 0.5), (1.2, 0.5, 0.5), (1.2, 4, -0.1), (float("nan"), 4, 0.5),
+                                  (1.2, 4, float("inf"))])
+def test_a_shaped_host_factor_that_cannot_price_is_refused(args):
+    base = fit_step_table(StepSamples.from_steps(_steps(1.0)))
+    with pytest.raises(ConfigError, match="shaped host factor"):
+        hs.ShapedHostTable(base, *args)

@@ -20,12 +20,19 @@ from specsim.validation.request_table import RequestStepTable
 from specsim.validation.step_fit import step_kv
 
 
+def innermost(table):
+    """The fitted table under any rescaling (a rescaled table prices as its base does, times a factor)."""
+    while isinstance(table, (ScaledTable, ShapedHostTable)):
+        table = table.base
+    return table
+
+
 def step_price(table, s: dict) -> float:
     """`table`'s price of one step of the per-step log (tokens, requests, KV context), not counted as a query."""
     T = s["ctx_tokens"] + s["gen_tokens"]
-    ctx = step_kv(s, kv=getattr(table, "kv_measure", "context"))
+    ctx = step_kv(s, kv=getattr(innermost(table), "kv_measure", "context"))
     ctx = None if np.isnan(ctx) else ctx
-    if isinstance(table, RequestStepTable):
+    if isinstance(innermost(table), RequestStepTable):
         return table.time_at(T, max(1, s["ctx_requests"] + s["gen_requests"]), ctx, count=False)
     return table.time_at(T, ctx, count=False)
 
@@ -58,3 +65,36 @@ class ScaledTable:
     def price(self, new, ctx) -> tuple[float, float, float]:
         t, b, f = self.base.price(new, ctx)
         return self.factor * t, self.factor * b, self.factor * f
+
+
+class ShapedHostTable:
+    """`base`'s prices times one moment's host factor, carried to each step size by the host's shape: a step of T
+    tokens is priced `f_ref ** min(1, (T / t_ref) ** -beta)` times `base`, where `f_ref` is measured on steps of
+    about `t_ref` tokens at that moment. beta = 0 is ScaledTable (one factor for every size). Why (issue 24,
+    session 18, docs/validation.md): without any speculation, a moment of this host moved a 32-token step about
+    half as much as an 8-token one (experiments/vllm_shape_probe.py: d log t32 / d log t8 = 0.52), so a factor
+    measured on small steps overstates the moment for large ones. Below `t_ref` a step moves as the reference.
+    Counts unmeasured steps in `base`'s counter."""
+
+    def __init__(self, base, f_ref: float, t_ref: float, beta: float):
+        for name, v, ok in (("f_ref", f_ref, f_ref > 0), ("t_ref", t_ref, t_ref >= 1), ("beta", beta, beta >= 0)):
+            if not (np.isfinite(v) and ok):
+                raise ConfigError("a shaped host factor needs f_ref > 0, t_ref >= 1 token and beta >= 0",
+                                  file="host_scale", field=name, value=v, allowed={"f_ref": "> 0", "t_ref": ">= 1",
+                                                                                   "beta": ">= 0"}[name])
+        self.base, self.f_ref, self.t_ref, self.beta = base, float(f_ref), float(t_ref), float(beta)
+
+    @property
+    def unmeasured(self):
+        return self.base.unmeasured
+
+    def factor(self, T: float) -> float:
+        return self.f_ref ** min(1.0, (max(float(T), 1.0) / self.t_ref) ** -self.beta)
+
+    def time_at(self, T: float, *a, **kw) -> float:
+        return self.factor(T) * self.base.time_at(T, *a, **kw)
+
+    def price(self, new, ctx) -> tuple[float, float, float]:
+        t, b, f = self.base.price(new, ctx)
+        x = self.factor(float(np.sum(new)))
+        return x * t, x * b, x * f
