@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 NAMES = {"tables": "block tables (as vllm_analyze.py)", "moment": "at the pair's own moment"}
 
 
@@ -29,8 +31,6 @@ def _summary_rows(res: dict) -> list[str]:
 
 
 def _med(r: dict, key: str) -> float:
-    import numpy as np
-
     return float(np.median([abs(p[f"err_{key}"]) for p in r["points"]]))
 
 
@@ -63,6 +63,15 @@ def _point_rows(res: dict) -> list[str]:
     return rows
 
 
+def _spread(res: dict) -> str:
+    t = res["tables"]
+    if all(p["repeats"] == 1 for p in t["points"]):
+        return "One repeat per point: no measured spread here (the record's points show theirs)."
+    return (f"Measured spread between repeats ((max - min) / median of a point): throughput ratio "
+            f"{_pct(t['median_spread_speedup_throughput'])} (max {_pct(t['max_spread_speedup_throughput'])}), TPOT "
+            f"ratio {_pct(t['median_spread_speedup_tpot'])} (max {_pct(t['max_spread_speedup_tpot'])}).")
+
+
 def report(dst: Path, res: dict) -> None:
     f = res["f_ref"]
     lines = [
@@ -75,11 +84,8 @@ def report(dst: Path, res: dict) -> None:
         f"({res['probe_repeats']} repeats, no speculation). The plain runs' own absolute times are priced at their "
         f"own factor here (close by construction): vllm_analyze.py scores them from the tables alone.", "",
         *_summary_rows(res), "",
-        f"Measured spread between repeats ((max - min) / median of a point): throughput ratio "
-        f"{_pct(res['tables']['median_spread_speedup_throughput'])} (max "
-        f"{_pct(res['tables']['max_spread_speedup_throughput'])}), TPOT ratio "
-        f"{_pct(res['tables']['median_spread_speedup_tpot'])} (max {_pct(res['tables']['max_spread_speedup_tpot'])}).",
-        "", *_variant_rows(res), "", *_point_rows(res), "", "![measured vs predicted speedup](moments.png)", ""]
+        _spread(res), "", *_variant_rows(res), "", *_point_rows(res), "",
+        "![measured vs predicted speedup](moments.png)", ""]
     (dst / "moments.md").write_text("\n".join(lines))
 
 
