@@ -74,13 +74,8 @@ def errors(out: Path, runs: list[dict], fit: tuple[str, bool, str, str]) -> tupl
     return blocks, np.array(tpot), np.array(ttft)
 
 
-def score(out: Path, runs: list[dict], fit: tuple[str, bool, str, str]) -> dict:
-    """The criterion over every plain run, and its parts."""
-    _, tpot, ttft = errors(out, runs, fit)
-    return summary(tpot, ttft)
-
-
 def summary(tpot: np.ndarray, ttft: np.ndarray) -> dict:
+    """The criterion (`score`) over the given plain runs' errors, and its parts."""
     a, b = np.abs(tpot), np.abs(ttft)
     return {"runs": len(tpot), "median_abs_err_tpot_p50": float(np.median(a)),
             "median_abs_err_ttft_p50": float(np.median(b)), "score": float((np.median(a) + np.median(b)) / 2),
@@ -97,7 +92,7 @@ def wins_share(blocks: list, errs: dict[str, tuple[np.ndarray, np.ndarray]], cha
 
     def crit(name, sel):
         tpot, ttft = errs[name]
-        return (np.median(np.abs(tpot[sel])) + np.median(np.abs(ttft[sel]))) / 2
+        return summary(tpot[sel], ttft[sel])["score"]
 
     won = 0
     for _ in range(draws):
@@ -167,9 +162,10 @@ def main() -> None:
     ap.add_argument("--blocks", nargs="+", help="choose on these blocks' runs only (glob patterns, e.g. 'r[0-4]-*'):"
                     " a choice made before later blocks are looked at")
     ap.add_argument("--dst", type=Path, help="where table_selection.json goes (default: --out)")
-    ap.add_argument("--incumbent", choices=list(CANDIDATES), help="the choice in force (default: the chosen fit of "
-                    "the table_selection.json already at the destination, if any)")
-    ap.add_argument("--no-incumbent", action="store_true", help="ignore any choice in force: the lowest wins")
+    inc = ap.add_mutually_exclusive_group()
+    inc.add_argument("--incumbent", choices=list(CANDIDATES), help="the choice in force (default: the chosen fit of "
+                     "the table_selection.json already at the destination, if any)")
+    inc.add_argument("--no-incumbent", action="store_true", help="ignore any choice in force: the lowest wins")
     a = ap.parse_args()
     runs = [r for r in va.load_runs(a.out)
             if not a.blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in a.blocks)]
