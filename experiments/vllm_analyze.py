@@ -169,15 +169,19 @@ def tables_by_block(runs: list[dict], fit: tuple, models=tuple(CAL)) -> dict:
     pooled = fit_tables(runs, fit, None, models)
     out: dict = {None: pooled}
     for b in sorted({r["block"] for r in runs if r.get("block")}):
-        if pool == "block":
-            out[b] = fit_tables(runs, fit, b, models)
-        elif pool == "pooled":
-            out[b] = pooled
-        else:
-            out[b] = tuple(hs.ScaledTable(t, hs.host_factor(t, [s for r in calibration_runs(runs, m, b)
-                                                                    for s in r["steps"]], f"{m}, block {b}"))
-                           for m, t in zip(models, pooled))
+        out[b] = block_tables(runs, fit, b, pooled, models)
     return out
+
+
+def block_tables(runs: list[dict], fit: tuple, b: str, pooled: tuple, models=tuple(CAL)) -> tuple:
+    """One block's tables under `fit`'s pool (`tables_by_block`), `pooled` the fit on every block's calibration."""
+    pool = fit[2] if len(fit) > 2 else "block"
+    if pool == "block":
+        return fit_tables(runs, fit, b, models)
+    if pool == "pooled":
+        return pooled
+    return tuple(hs.ScaledTable(t, hs.host_factor(t, [s for r in calibration_runs(runs, m, b) for s in r["steps"]],
+                                                  f"{m}, block {b}")) for m, t in zip(models, pooled))
 
 
 def block_csvs(out: Path, runs: list[dict], fit: tuple) -> None:
