@@ -21,6 +21,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -44,10 +45,7 @@ def decode_round(r: dict) -> tuple[int, int] | None:
 def held_out_sets(runs: list[dict]) -> dict[tuple[str, int], list[dict]]:
     """(block, round) -> that round's target decode runs whose count the block measured in another round too."""
     dec = [(r, *decode_round(r)) for r in runs if r.get("mode") == "cal-target" and decode_round(r)]
-    rounds: dict = {}
-    for r, n, _ in dec:
-        rounds.setdefault((r.get("block"), n), 0)
-        rounds[(r.get("block"), n)] += 1
+    rounds = Counter((r.get("block"), n) for r, n, _ in dec)
     out: dict = {}
     for r, n, j in dec:
         if r.get("block") and rounds[(r["block"], n)] > 1:
@@ -74,9 +72,10 @@ def errors(runs: list[dict], fit: tuple) -> list[tuple[str, int, int, float]]:
         pooled = va.fit_tables(rest, fit, None, ("target",)) if fit[2] != "block" else None
         (t,) = va.block_tables(rest, fit, b, pooled, ("target",))
         for r in held:
-            e = run_error(t, r, decode_round(r)[0])
+            n = decode_round(r)[0]
+            e = run_error(t, r, n)
             if e is not None:
-                out.append((b, j, decode_round(r)[0], e))
+                out.append((b, j, n, e))
     return out
 
 

@@ -448,18 +448,24 @@ def test_the_protocol_calibrates_the_range_its_grid_needs():
         assert vc.engine_kwargs(m)["enable_prefix_caching"] is False
 
 
-def test_the_fit_is_chosen_on_plain_runs_without_reading_a_speculative_one(tmp_path):
-    """experiments/vllm_select.py: a speculative run whose steps are garbage changes nothing (it is never read);
-    the chosen fit is the lowest score, and it is what the analysis then prices with."""
-    vs = pytest.importorskip("vllm_select")
+def _select_folder(tmp_path, with_spec: bool = False, block: str | None = None) -> list[dict]:
+    """A results folder with each model's calibration, the chunk sweep, one plain run (and, with_spec, the
+    speculative run it was derived from), every run in `block` if given; loaded as the analysis loads it."""
     runs = tmp_path / "runs"
     runs.mkdir()
     cal = json.loads((FIX / "offline_cal_run.json").read_text())
     spec = _spec()
     for name, r in (("cal-target", cal), ("cal-draft", dict(copy.deepcopy(cal), mode="cal-draft")),
-                    ("plain", _plain(spec)), ("draft-k3", spec), *_chunks(cal)):
-        (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(r))
-    loaded = va.load_runs(tmp_path)
+                    ("plain", _plain(spec)), *((("draft-k3", spec),) if with_spec else ()), *_chunks(cal)):
+        (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(dict(r, block=block) if block else r))
+    return va.load_runs(tmp_path)
+
+
+def test_the_fit_is_chosen_on_plain_runs_without_reading_a_speculative_one(tmp_path):
+    """experiments/vllm_select.py: a speculative run whose steps are garbage changes nothing (it is never read);
+    the chosen fit is the lowest score, and it is what the analysis then prices with."""
+    vs = pytest.importorskip("vllm_select")
+    loaded = _select_folder(tmp_path, with_spec=True)
     first = vs.select(tmp_path, loaded)
     for r in loaded:
         if r["mode"] == "draft-k3":
@@ -515,14 +521,7 @@ def test_the_choice_in_force_stays_unless_the_rule_lets_the_challenger_in(tmp_pa
     with the bar above 100% the incumbent stays; the rule's figures are written; a name that is no candidate is
     one line."""
     vsel = pytest.importorskip("vllm_select")
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    cal = json.loads((FIX / "offline_cal_run.json").read_text())
-    spec = _spec()
-    for name, r in (("cal-target", cal), ("cal-draft", dict(copy.deepcopy(cal), mode="cal-draft")),
-                    ("plain", _plain(spec)), *_chunks(cal)):
-        (runs / f"{name}__{r['point']}__r0.json").write_text(json.dumps(dict(r, block="r0-draft-k3")))
-    loaded = va.load_runs(tmp_path)
+    loaded = _select_folder(tmp_path, block="r0-draft-k3")
     free = vsel.select(tmp_path, loaded)
     worst = max(free["candidates"], key=lambda n: free["candidates"][n]["score"])
     assert free["candidates"][worst]["score"] > free["candidates"][free["chosen"]]["score"]

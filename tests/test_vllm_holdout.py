@@ -37,3 +37,9 @@ def test_a_round_is_predicted_from_the_others_and_only_counts_measured_twice_are
     assert errs[(1, 1)] == pytest.approx(0.0, abs=1e-12) and errs[(2, 4)] == pytest.approx(0.0, abs=1e-12)
     s = vh.summarize(list((b, j, n, e) for (j, n), e in errs.items() for b in ["r0-draft-k3"]))
     assert s["held_out_runs"] == 6 and s["median_abs_err_10_to_16"] is None
+
+
+def test_a_folder_without_repeated_rounds_is_one_line(tmp_path):
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(SystemExit, match="no block whose target decodes were measured in more than one round"):
+        vh.holdout(tmp_path)
