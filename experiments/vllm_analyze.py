@@ -40,6 +40,7 @@ from specsim.validation import request_table as rt  # noqa: E402
 from specsim.validation import step_fit as sf  # noqa: E402
 from specsim.validation import vllm_outputs as vr  # noqa: E402
 from specsim.validation import vllm_runs as vrun  # noqa: E402
+from vllm_blocks import MOMENT  # noqa: E402  (experiments/vllm_blocks.py)
 from vllm_host import block_drift, join_lag, probes  # noqa: E402  (experiments/vllm_host.py)
 from vllm_predict import predict  # noqa: E402  (experiments/vllm_predict.py)
 from vllm_scores import score_points, summarize  # noqa: E402  (experiments/vllm_scores.py)
@@ -70,9 +71,11 @@ def check_plain_steps(run: dict, where: str) -> None:
 
 
 def calibration_runs(runs: list[dict], model: str, block: str | None = None) -> list[dict]:
-    """The runs a model's step table is fitted on: that model served alone (in `block` only, if given); a
-    speculative one is refused."""
-    picked = [r for r in runs if r.get("mode") == CAL[model] and (block is None or r.get("block") == block)]
+    """The runs a model's step table is fitted on: that model served alone (in `block` only, if given), not the
+    runs at a grid pair's moment (experiments/vllm_blocks.py MOMENT: they price their own pair, vllm_moment_cal.py);
+    a speculative one is refused."""
+    picked = [r for r in runs if r.get("mode") == CAL[model] and (block is None or r.get("block") == block)
+              and not str(r.get("point", "")).startswith(MOMENT)]
     for r in picked:
         sf.check_no_speculation(r, r.get("_file", "run"))
         check_plain_steps(r, r.get("_file", "run"))

@@ -41,6 +41,31 @@ CAL_DEC_RUNS = ((8, 3), (16, 2))
 CAL_CHUNKS = (2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192)
 
 
+# the pair's moment (session 19): right after a grid pair, the target's decode at the pair's request count, the
+# target's steps of that many requests x (k + 1) tokens (a verification's shape, as prefill chunks: the scheduler's
+# long_prefill_token_threshold set to k + 1 at run time), the draft's decode; each served alone, no speculation
+MOMENT, MOM_DEC_OUTPUT, MOM_DEC_CONCAT, MOM_VER_CONCAT = "cal-mom", 24, 2, 6  # prompts ~19 tokens
+
+
+def moment_requests(pt: dict) -> int:
+    """Requests per step of a pair's moment runs: a closed point's concurrency; for a Poisson rate the line through
+    the median requests per step of the plain runs of blocks r1-* (vllm_cpu_lockstep2: 2, 3, 4 at 0.1, 0.2, 0.4
+    requests/s), within 1 .. the largest closed concurrency."""
+    if "concurrency" in pt:
+        return int(pt["concurrency"])
+    return max(1, min(max(vc.CLOSED), round((4 + 20 * float(pt["rate"])) / 3)))
+
+
+def moment_points(pt: dict, k: int) -> list[tuple[str, str, dict]]:
+    """(engine role, mode, point) of one grid pair's moment runs (MOMENT)."""
+    c, m = moment_requests(pt), k + 1
+    dec = {"point": f"{MOMENT}-dec-{pt['point']}", "concurrency": c, "requests": c, "output_len": MOM_DEC_OUTPUT,
+           "concat": MOM_DEC_CONCAT}
+    ver = {"point": f"{MOMENT}-ver-{pt['point']}", "concurrency": c, "requests": c, "output_len": 1,
+           "budget": c * m, "threshold": m, "concat": MOM_VER_CONCAT}
+    return [("P", "cal-target", dec), ("P", "cal-target", ver), ("D", "cal-draft", dec)]
+
+
 def block_plan(repeats: int, variants: list[str]) -> list[tuple[int, str]]:
     """(repeat, speculative mode) in ABBA order over repeats."""
     return [(r, m) for r in range(repeats) for m in (variants if r % 2 == 0 else variants[::-1])]
@@ -77,16 +102,17 @@ def _cut(items: list, slots: int) -> list[list]:
     return [items[i * len(items) // slots:(i + 1) * len(items) // slots] for i in range(slots)]
 
 
-def block_sequence(r: int, mode: str, k: int, grid: list[dict]) -> list[tuple[str, str, dict]]:
+def block_sequence(r: int, mode: str, k: int, grid: list[dict], moment: bool = False) -> list[tuple[str, str, dict]]:
     """(engine role, mode, point) in the order a block runs them: each grid point's plain and speculative runs
-    back to back (order alternating), the calibration of both models (target, draft, target, ...) between them."""
+    back to back (order alternating), with `moment` its moment runs right after (`moment_points`), the calibration
+    of both models (target, draft, target, ...) between pairs."""
     cal = []
     for rnd in calibration(k):
         cal += [x for p in rnd for x in (("P", "cal-target", p), ("D", "cal-draft", p))]
     seq = []
     for i, (pt, extra) in enumerate(zip(grid, _cut(cal, len(grid)))):
         pair = [("P", "plain", pt), ("S", mode, pt)]
-        seq += (pair if (i + r) % 2 == 0 else pair[::-1]) + extra
+        seq += (pair if (i + r) % 2 == 0 else pair[::-1]) + (moment_points(pt, k) if moment else []) + extra
     return seq
 
 
@@ -156,7 +182,9 @@ def measure(a, out: Path, variants: list[str]) -> None:
     try:
         for i, (r, mode) in enumerate(plan):
             k, b = vc.modes()[mode]["k"], block_name(r, mode)
-            seq = [(role, m, pt) for role, m, pt in block_sequence(r, mode, k, grid)
+            begun = sorted((out / "runs").glob(f"*__{b}.json"))  # a block begun without moment runs stays so
+            moment = getattr(a, "moment_cal", False) and (not begun or any(f"__{MOMENT}-" in f.name for f in begun))
+            seq = [(role, m, pt) for role, m, pt in block_sequence(r, mode, k, grid, moment)
                    if not run_file(out, m, pt["point"], b).exists()]
             if not seq:
                 continue

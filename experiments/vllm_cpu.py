@@ -234,6 +234,10 @@ def main() -> None:
         m.add_argument("--lockstep", action="store_true",
                        help="run each grid point's plain and speculative runs in turns, one engine step each, each "
                             "on its own busy clock (measure into its own --out)")
+        m.add_argument("--moment-cal", action="store_true",
+                       help="after each grid pair, calibrate at its moment without speculation: the target's decode "
+                            "and verification-shaped steps, the draft's decode (experiments/vllm_blocks.py "
+                            "moment_points; blocks begun without it stay without it)")
     an = sub.add_parser("analyze", help="calibrate (runs without speculation only), predict, compare, plot")
     an.add_argument("--out", default=str(OUT))
     an.add_argument("--report", help="write the analysis here instead of --out (with --blocks)")

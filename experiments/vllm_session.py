@@ -193,6 +193,10 @@ def iter_point(ses: Session, prompts: list[str], pt: dict, seed: int, clock):
     if pt.get("budget") and ses.rec.sched is not None:  # a prefill-chunk sweep: the budget lowered at run time
         budget_set = ses.rec.sched.max_num_scheduled_tokens
         ses.rec.sched.max_num_scheduled_tokens = pt["budget"]
+    thr_set = None
+    if pt.get("threshold") and ses.rec.sched is not None:  # verification-shaped steps: each request's prefill
+        cfg = ses.rec.sched.scheduler_config  # capped at `threshold` tokens a step (read by every schedule())
+        thr_set, cfg.long_prefill_token_threshold = cfg.long_prefill_token_threshold, pt["threshold"]
     p = ses.params(out_len)
     R = {"t_add": {}, "added_step": {}, "times": {}, "seen": {}, "prompt": {}, "first_step": {}, "spec": {},
          "busy": {}, "finished": set()}
@@ -236,6 +240,8 @@ def iter_point(ses: Session, prompts: list[str], pt: dict, seed: int, clock):
     finally:
         if budget_set is not None:
             ses.rec.sched.max_num_scheduled_tokens = budget_set
+        if thr_set is not None:
+            ses.rec.sched.scheduler_config.long_prefill_token_threshold = thr_set
     return _bench(R, n, steps, clock.now(), arr)
 
 
@@ -341,6 +347,8 @@ def _record(ses: Session, spec: dict, d: dict, pt: dict, mode: str, r: int, prob
     c.update({k: pt[k] for k in ("concurrency", "rate") if k in pt})
     if pt.get("budget"):  # a chunk sweep ran at this budget (if the scheduler could be reached)
         c.update(max_num_batched_tokens=pt["budget"], budget_applied=ses.rec.sched is not None)
+    if pt.get("threshold"):  # a verification-shaped run: each request's prefill at most this many tokens a step
+        c.update(long_prefill_token_threshold=pt["threshold"], threshold_applied=ses.rec.sched is not None)
     d.update(mode=mode, point=pt["point"], repeat=r, config=c, probe=probe, cpu_model=spec["cpu_model"],
              wall_clock=time.time(), loadavg_1min_after=os.getloadavg()[0], spec=counters(d, spec["k"]))
     if block is not None:

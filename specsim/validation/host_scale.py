@@ -22,7 +22,7 @@ from specsim.validation.step_fit import step_kv
 
 def innermost(table):
     """The fitted table under any rescaling (a rescaled table prices as its base does, times a factor)."""
-    while isinstance(table, (ScaledTable, ShapedHostTable)):
+    while isinstance(table, (ScaledTable, ShapedHostTable, TwoPointHostTable)):
         table = table.base
     return table
 
@@ -90,6 +90,42 @@ class ShapedHostTable:
 
     def factor(self, T: float) -> float:
         return self.f_ref ** min(1.0, (max(float(T), 1.0) / self.t_ref) ** -self.beta)
+
+    def time_at(self, T: float, *a, **kw) -> float:
+        return self.factor(T) * self.base.time_at(T, *a, **kw)
+
+    def price(self, new, ctx) -> tuple[float, float, float]:
+        t, b, f = self.base.price(new, ctx)
+        x = self.factor(float(np.sum(new)))
+        return x * t, x * b, x * f
+
+
+class TwoPointHostTable:
+    """`base`'s prices times a host factor measured at one moment on two step sizes: `f_small` on steps of `t_small`
+    tokens, `f_large` on steps of `t_large` tokens, log-linear in log tokens between them and held outside. Why
+    (issue 24, session 19, docs/validation.md): a pair's speculative steps are large (a verification of requests x
+    (k + 1) tokens), its plain steps small, and at one moment this host does not move both alike; both factors come
+    from runs without speculation right after the pair (experiments/vllm_blocks.py moment_points). Counts
+    unmeasured steps in `base`'s counter."""
+
+    def __init__(self, base, small: tuple[float, float], large: tuple[float, float]):
+        (ts, fs), (tl, fl) = small, large
+        for name, v, ok in (("f_small", fs, fs > 0), ("f_large", fl, fl > 0), ("t_small", ts, ts >= 1),
+                            ("t_large", tl, tl > ts)):
+            if not (np.isfinite(v) and ok):
+                raise ConfigError("a two-point host factor needs factors > 0 and 1 <= t_small < t_large tokens",
+                                  file="host_scale", field=name, value=v, allowed="> 0" if name[0] == "f" else
+                                  (">= 1" if name == "t_small" else "> t_small"))
+        self.base, self.small, self.large = base, (float(ts), float(fs)), (float(tl), float(fl))
+
+    @property
+    def unmeasured(self):
+        return self.base.unmeasured
+
+    def factor(self, T: float) -> float:
+        (ts, fs), (tl, fl) = self.small, self.large
+        w = min(1.0, max(0.0, np.log(max(float(T), 1.0) / ts) / np.log(tl / ts)))
+        return float(np.exp((1.0 - w) * np.log(fs) + w * np.log(fl)))
 
     def time_at(self, T: float, *a, **kw) -> float:
         return self.factor(T) * self.base.time_at(T, *a, **kw)
