@@ -32,19 +32,18 @@ def _point(n: int) -> dict:
             "concat": max(1, min(vc.MAX_CONCAT, -(-6 * n // vc.MEAN_PROMPT_TOKENS)))}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--repeats", type=int, default=4)
-    a = ap.parse_args()
+def target_alone(out: Path, name: str):
+    """(session, prompts, params, run_point): one target engine alone in this process (the offline engine, as
+    vllm_serve.py runs it), warmed by one short run; params(logprobs) is the factory of greedy sampling params,
+    with `prompt_logprobs=0` (logits and a log-softmax at every prompt position) when `logprobs`. Imports vLLM."""
     os.environ.update(vc._env(kv_gb=1))
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
     from vllm_session import Session, run_point
 
     mode = vc.modes()["cal-target"]
-    ses = Session({"session": "L", "mode": "cal-target", "k": 0, "engine": vc.engine_kwargs(mode), "configs": {},
-                   "out": str(a.out), "prompts": str(vc.PROMPTS), "cpu_model": vc.cpu_model()})
+    ses = Session({"session": name, "mode": "cal-target", "k": 0, "engine": vc.engine_kwargs(mode), "configs": {},
+                   "out": str(out), "prompts": str(vc.PROMPTS), "cpu_model": vc.cpu_model()})
     prompts = [p for p in vc.PROMPTS.read_text().splitlines() if p.strip()]
 
     def params(logprobs: bool):
@@ -53,6 +52,15 @@ def main() -> None:
                                               prompt_logprobs=0 if logprobs else None)
 
     run_point(ses, prompts, {"point": "warm", "concurrency": 2, "requests": 2, "output_len": 8}, 0)
+    return ses, prompts, params, run_point
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--repeats", type=int, default=4)
+    a = ap.parse_args()
+    ses, prompts, params, run_point = target_alone(a.out, "L")
     rows = []
     for rep in range(a.repeats):
         for n in (SIZES if rep % 2 == 0 else SIZES[::-1]):

@@ -21,7 +21,6 @@ and the grid runs themselves are never read for one. Writes moment_cal.json and 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import sys
 from pathlib import Path
@@ -34,8 +33,7 @@ import vllm_analyze as va  # noqa: E402
 import vllm_scores as vs  # noqa: E402
 from specsim.validation import host_scale as hs  # noqa: E402
 from vllm_blocks import MOMENT  # noqa: E402
-from vllm_moments import cells_over  # noqa: E402
-from vllm_select import fixed  # noqa: E402
+from vllm_moments import cells_over, priced_by_fit  # noqa: E402
 
 MIN_STEPS = 3  # full-size steps a moment run needs to give a factor
 
@@ -63,11 +61,16 @@ def moment_factors(runs: dict, block: str, point: str, t, d) -> dict | None:
     return out | {"c": c, "m": m, "steps": {k: len(st) for k, (_, st) in parts.items()}}
 
 
+def moment_runs(runs: list[dict]) -> dict:
+    """The moment runs (experiments/vllm_blocks.py MOMENT) by (mode, point, block)."""
+    return {(r["mode"], r["point"], r.get("block")): r for r in runs
+            if str(r.get("point", "")).startswith(MOMENT) and r.get("mode") in va.CAL.values()}
+
+
 def moment_pick(every: list[dict], tabs: dict, factors: dict):
     """run -> (target, draft) tables at its pair's moment; a pair without moment runs keeps its block's tables.
     Fills `factors` ((block, point) -> moment_factors or None)."""
-    mom = {(r["mode"], r["point"], r.get("block")): r for r in every
-           if str(r.get("point", "")).startswith(MOMENT) and r.get("mode") in va.CAL.values()}
+    mom = moment_runs(every)
     made: dict = {}
 
     def pick(r):
@@ -86,17 +89,7 @@ def moment_pick(every: list[dict], tabs: dict, factors: dict):
 def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None, fit_from: Path | None = None) -> dict:
     dst = out if dst is None else dst
     dst.mkdir(parents=True, exist_ok=True)
-    every = va.load_runs(out)
-    cal = [r for r in every if r.get("mode") in va.CAL.values()]
-    grid = [r for r in every if r.get("mode") not in va.CAL.values()
-            and (not blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in blocks))]
-    if not grid:
-        raise SystemExit(f"vllm_moment_cal: no grid runs in {out / 'runs'}"
-                         + (f" of blocks {blocks}" if blocks else ""))
-    sel = fixed(fit_from or out / "table_selection.json")
-    fit = (sel["kind"], sel["monotone"], sel["pool"], sel["kv"])
-    tabs = va.tables_by_block(grid + cal, fit)
-    tt, td = va.fit_tables(grid + cal, va.SESSION12)
+    every, grid, sel, tabs, (tt, td) = priced_by_fit(out, blocks, fit_from, "vllm_moment_cal")
     factors: dict = {}
     res = {"fit": sel["chosen"], "fit_from": sel["fixed_from"], "runs": len(grid),
            "blocks": sorted({r["block"] for r in grid if r.get("block")})}

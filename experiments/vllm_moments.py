@@ -92,20 +92,25 @@ def moment_pick(runs: list[dict], tabs: dict, beta: float, moments: dict):
     return pick
 
 
-def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None, fit_from: Path | None = None,
-            probe: Path = PROBE) -> dict:
-    dst = out if dst is None else dst
-    dst.mkdir(parents=True, exist_ok=True)
+def priced_by_fit(out: Path, blocks: list[str] | None, fit_from: Path | None, who: str) -> tuple:
+    """(every run, the grid runs of `blocks`, the selection, tables by block under its fit, session 12's tables for
+    the closed-form baseline): what a pricing beside vllm_analyze.py starts from."""
     every = va.load_runs(out)
     cal = [r for r in every if r.get("mode") in va.CAL.values()]
     grid = [r for r in every if r.get("mode") not in va.CAL.values()
             and (not blocks or any(fnmatch.fnmatch(r.get("block") or "", b) for b in blocks))]
     if not grid:
-        raise SystemExit(f"vllm_moments: no grid runs in {out / 'runs'}" + (f" of blocks {blocks}" if blocks else ""))
+        raise SystemExit(f"{who}: no grid runs in {out / 'runs'}" + (f" of blocks {blocks}" if blocks else ""))
     sel = fixed(fit_from or out / "table_selection.json")
     fit = (sel["kind"], sel["monotone"], sel["pool"], sel["kv"])
-    tabs = va.tables_by_block(grid + cal, fit)
-    tt, td = va.fit_tables(grid + cal, va.SESSION12)
+    return every, grid, sel, va.tables_by_block(grid + cal, fit), va.fit_tables(grid + cal, va.SESSION12)
+
+
+def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None, fit_from: Path | None = None,
+            probe: Path = PROBE) -> dict:
+    dst = out if dst is None else dst
+    dst.mkdir(parents=True, exist_ok=True)
+    _, grid, sel, tabs, (tt, td) = priced_by_fit(out, blocks, fit_from, "vllm_moments")
     el, beta, reps = probe_beta(probe)
     moments: dict = {}
     res = {"fit": sel["chosen"], "fit_from": sel["fixed_from"], "elasticity": el, "beta": beta, "probe_repeats": reps,

@@ -31,14 +31,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 
 import vllm_analyze as va  # noqa: E402
 from vllm_blocks import MOMENT  # noqa: E402
-from vllm_moment_cal import moment_factors  # noqa: E402
+from vllm_moment_cal import moment_factors, moment_runs  # noqa: E402
 from vllm_select import CANDIDATES  # noqa: E402
 
 
 def pairs_with_moments(runs: list[dict]) -> tuple[dict, list[tuple[str, str]]]:
     """(moment runs by (mode, point, block), the (block, grid point) of every pair that has a target ver run)."""
-    mom = {(r["mode"], r["point"], r.get("block")): r for r in runs
-           if str(r.get("point", "")).startswith(MOMENT) and r.get("mode") in va.CAL.values()}
+    mom = moment_runs(runs)
     pairs = sorted({(b, p[len(f"{MOMENT}-ver-"):]) for m, p, b in mom if b and p.startswith(f"{MOMENT}-ver-")})
     return mom, pairs
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_blocks as vb  # noqa: E402  (moment_points: the verification-shaped point; imports no vLLM)
 import vllm_cpu as vc  # noqa: E402  (constants, engine arguments; imports no vLLM)
+from vllm_logits_probe import target_alone  # noqa: E402  (the engine alone, greedy params with or without logits)
 
 CS, M = (1, 2, 4, 8), 6
 
@@ -41,38 +41,9 @@ def full(steps: list[dict], c: int, tokens: int) -> list[float]:
             and s["ctx_tokens"] + s["gen_tokens"] == tokens]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--repeats", type=int, default=2)
-    a = ap.parse_args()
-    os.environ.update(vc._env(kv_gb=1))
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-    from vllm_session import Session, run_point
-
-    mode = vc.modes()["cal-target"]
-    ses = Session({"session": "V", "mode": "cal-target", "k": 0, "engine": vc.engine_kwargs(mode), "configs": {},
-                   "out": str(a.out), "prompts": str(vc.PROMPTS), "cpu_model": vc.cpu_model()})
-    prompts = [p for p in vc.PROMPTS.read_text().splitlines() if p.strip()]
-
-    def params(logprobs: bool):
-        return lambda out_len: SamplingParams(temperature=0.0, max_tokens=out_len, ignore_eos=True,
-                                              output_kind=RequestOutputKind.CUMULATIVE,
-                                              prompt_logprobs=0 if logprobs else None)
-
-    run_point(ses, prompts, {"point": "warm", "concurrency": 2, "requests": 2, "output_len": 8}, 0)
-    rows = []
-    for rep in range(a.repeats):
-        order = [("dec", False), ("ver", False), ("ver", True)]
-        for c in (CS if rep % 2 == 0 else CS[::-1]):
-            for kind, lp in (order if (rep + c) % 2 == 0 else order[::-1]):
-                ses.params = params(lp)
-                d = run_point(ses, prompts, points(c)[kind], rep)
-                rows += [dict(s, c=c, kind=kind, prompt_logprobs=lp, repeat=rep) for s in d["steps"]]
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "probe.json").write_text(json.dumps({"cpu_model": vc.cpu_model(), "steps": rows}, indent=1))
-    lines = [f"one target engine alone ({vc.cpu_model()}), {a.repeats} repeats ABBA; k + 1 = {M}; medians of full-size "
+def summary(rows: list[dict], repeats: int) -> list[str]:
+    """summary.txt's lines: per c the medians (quartiles, step counts) of the full-size steps of each kind."""
+    lines = [f"one target engine alone ({vc.cpu_model()}), {repeats} repeats ABBA; k + 1 = {M}; medians of full-size "
              f"steps (p25-p75, steps)"]
     for c in CS:
         cell = {}
@@ -85,6 +56,26 @@ def main() -> None:
         lines.append(f"c{c}: logits at every position add {cell[('ver', True)] - cell[('ver', False)]:+.4f} s; "
                      f"ver with logits / decode = {cell[('ver', True)] / cell[('dec', False)]:.3f}, without "
                      f"{cell[('ver', False)] / cell[('dec', False)]:.3f}")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--repeats", type=int, default=2)
+    a = ap.parse_args()
+    ses, prompts, params, run_point = target_alone(a.out, "V")
+    rows = []
+    for rep in range(a.repeats):
+        order = [("dec", False), ("ver", False), ("ver", True)]
+        for c in (CS if rep % 2 == 0 else CS[::-1]):
+            for kind, lp in (order if (rep + c) % 2 == 0 else order[::-1]):
+                ses.params = params(lp)
+                d = run_point(ses, prompts, points(c)[kind], rep)
+                rows += [dict(s, c=c, kind=kind, prompt_logprobs=lp, repeat=rep) for s in d["steps"]]
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "probe.json").write_text(json.dumps({"cpu_model": vc.cpu_model(), "steps": rows}, indent=1))
+    lines = summary(rows, a.repeats)
     (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -22,7 +22,7 @@ from specsim.validation.step_fit import step_kv
 
 def innermost(table):
     """The fitted table under any rescaling (a rescaled table prices as its base does, times a factor)."""
-    while isinstance(table, (ScaledTable, ShapedHostTable, TwoPointHostTable)):
+    while isinstance(table, (ScaledTable, _SizedFactor)):
         table = table.base
     return table
 
@@ -67,7 +67,29 @@ class ScaledTable:
         return self.factor * t, self.factor * b, self.factor * f
 
 
-class ShapedHostTable:
+class _SizedFactor:
+    """`base`'s prices times a factor that depends on the step's size in tokens (`factor(T)`, a subclass's);
+    counts unmeasured steps in `base`'s counter."""
+
+    base: object
+
+    @property
+    def unmeasured(self):
+        return self.base.unmeasured
+
+    def factor(self, T: float) -> float:
+        raise NotImplementedError
+
+    def time_at(self, T: float, *a, **kw) -> float:
+        return self.factor(T) * self.base.time_at(T, *a, **kw)
+
+    def price(self, new, ctx) -> tuple[float, float, float]:
+        t, b, f = self.base.price(new, ctx)
+        x = self.factor(float(np.sum(new)))
+        return x * t, x * b, x * f
+
+
+class ShapedHostTable(_SizedFactor):
     """`base`'s prices times one moment's host factor, carried to each step size by the host's shape: a step of T
     tokens is priced `f_ref ** min(1, (T / t_ref) ** -beta)` times `base`, where `f_ref` is measured on steps of
     about `t_ref` tokens at that moment. beta = 0 is ScaledTable (one factor for every size). Why (issue 24,
@@ -84,23 +106,11 @@ class ShapedHostTable:
                                                                                    "beta": ">= 0"}[name])
         self.base, self.f_ref, self.t_ref, self.beta = base, float(f_ref), float(t_ref), float(beta)
 
-    @property
-    def unmeasured(self):
-        return self.base.unmeasured
-
     def factor(self, T: float) -> float:
         return self.f_ref ** min(1.0, (max(float(T), 1.0) / self.t_ref) ** -self.beta)
 
-    def time_at(self, T: float, *a, **kw) -> float:
-        return self.factor(T) * self.base.time_at(T, *a, **kw)
 
-    def price(self, new, ctx) -> tuple[float, float, float]:
-        t, b, f = self.base.price(new, ctx)
-        x = self.factor(float(np.sum(new)))
-        return x * t, x * b, x * f
-
-
-class TwoPointHostTable:
+class TwoPointHostTable(_SizedFactor):
     """`base`'s prices times a host factor measured at one moment on two step sizes: `f_small` on steps of `t_small`
     tokens, `f_large` on steps of `t_large` tokens, log-linear in log tokens between them and held outside. Why
     (issue 24, session 19, docs/validation.md): a pair's speculative steps are large (a verification of requests x
@@ -118,19 +128,7 @@ class TwoPointHostTable:
                                   (">= 1" if name == "t_small" else "> t_small"))
         self.base, self.small, self.large = base, (float(ts), float(fs)), (float(tl), float(fl))
 
-    @property
-    def unmeasured(self):
-        return self.base.unmeasured
-
     def factor(self, T: float) -> float:
         (ts, fs), (tl, fl) = self.small, self.large
         w = min(1.0, max(0.0, np.log(max(float(T), 1.0) / ts) / np.log(tl / ts)))
         return float(np.exp((1.0 - w) * np.log(fs) + w * np.log(fl)))
-
-    def time_at(self, T: float, *a, **kw) -> float:
-        return self.factor(T) * self.base.time_at(T, *a, **kw)
-
-    def price(self, new, ctx) -> tuple[float, float, float]:
-        t, b, f = self.base.price(new, ctx)
-        x = self.factor(float(np.sum(new)))
-        return x * t, x * b, x * f
