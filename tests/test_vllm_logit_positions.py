@@ -14,7 +14,7 @@ vlp = pytest.importorskip("vllm_logit_positions")
 def test_decodes_and_chunks_are_told_apart_and_compared_at_the_same_tokens():
     steps = ([{"ctx_requests": 0, "gen_requests": 4, "ctx_tokens": 0, "gen_tokens": 4, "time_s": t} for t in (.2, .3)]
              + [{"ctx_requests": 1, "gen_requests": 0, "ctx_tokens": 4, "gen_tokens": 0, "time_s": .15}]
-             + [{"ctx_requests": 1, "gen_requests": 3, "ctx_tokens": 4, "gen_tokens": 3, "time_s": 9.9}])  # mixed: neither
+             + [{"ctx_requests": 1, "gen_requests": 3, "ctx_tokens": 4, "gen_tokens": 3, "time_s": 9.9}])  # mixed
     dec, chunk = {}, {}
     vlp.split(steps, dec, chunk)
     assert dec == {4: [.2, .3]} and chunk == {4: [.15]}
