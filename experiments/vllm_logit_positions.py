@@ -20,20 +20,22 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+from specsim.validation import request_table as rt  # noqa: E402
 from vllm_blocks import MOMENT  # noqa: E402  (imports no vLLM)
 
 COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 32, 40, 48)
 
 
 def split(steps: list[dict], dec: dict, chunk: dict) -> None:
-    """Add each step's time to `dec` (N requests x 1 token) or `chunk` (1 request, N prefill tokens) by N."""
-    for s in steps:
-        T = s["ctx_tokens"] + s["gen_tokens"]
-        if s["ctx_requests"] == 0 and s["gen_requests"] == T:
-            dec.setdefault(T, []).append(s["time_s"])
-        elif s["ctx_requests"] == 1 and s["gen_requests"] == 0:
-            chunk.setdefault(T, []).append(s["time_s"])
+    """Add each step's time to `dec` (N requests x 1 token) or `chunk` (1 request, N prefill tokens) by N: the
+    request table's two families (specsim.validation.request_table.Families), its one-request decodes left out."""
+    fam = rt.Families.split(steps)
+    for s in fam.decode:
+        dec.setdefault(s["gen_tokens"], []).append(s["time_s"])
+    for s in fam.single:
+        if s["ctx_requests"] == 1 and s["gen_requests"] == 0:
+            chunk.setdefault(s["ctx_tokens"], []).append(s["time_s"])
 
 
 def lines(dec: dict, chunk: dict) -> list[str]:
