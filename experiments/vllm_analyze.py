@@ -88,9 +88,12 @@ def step_table(runs: list[dict], where: str, monotone: bool = True, kv: str = "c
     return sf.fit_step_table(sf.StepSamples.from_steps(steps, where, kv), where=where, monotone=monotone)
 
 
-def request_table(runs: list[dict], where: str, monotone: bool = True, kv: str = "context") -> rt.RequestStepTable:
-    """The (tokens, requests) table (specsim.validation.request_table; a candidate of experiments/vllm_select.py)."""
-    return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where, monotone=monotone, kv=kv)
+def request_table(runs: list[dict], where: str, monotone: bool = True, kv: str = "context",
+                  logits: str = "last") -> rt.RequestStepTable:
+    """The (tokens, requests) table (specsim.validation.request_table; a candidate of experiments/vllm_select.py);
+    `logits`: where a verification reads its bracket (rt.LOGITS)."""
+    return rt.fit_request_table([s for r in runs for s in r["steps"]], where=where, monotone=monotone, kv=kv,
+                                logits=logits)
 
 
 def kv_blocks(out: Path, run: dict) -> int | None:
@@ -149,14 +152,15 @@ def _pair(runs: list[dict], preds: dict) -> list[dict]:
 
 def fit_tables(runs: list[dict], fit: tuple, block: str | None = None, models=tuple(CAL)) -> tuple:
     """The tables of `models` (default: target, draft) of one fit — (kind "token" | "request", monotone, pool,
-    KV measure "context" | "attended"; context where not given) — on the calibration runs of `block` (every block
-    when None)."""
+    KV measure "context" | "attended", a request table's logits rule "last" | "positions"; context and last where
+    not given) — on the calibration runs of `block` (every block when None)."""
     kind, monotone = fit[:2]
     kv = fit[3] if len(fit) > 3 else "context"
+    extra = {"logits": fit[4] if len(fit) > 4 else "last"} if kind == "request" else {}
     make = step_table if kind == "token" else request_table
     at = f", block {block}" if block else ""
-    return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone, kv=kv)
-                 for m in models)
+    return tuple(make(calibration_runs(runs, m, block), f"{m} alone ({CAL[m]}{at})", monotone=monotone, kv=kv,
+                      **extra) for m in models)
 
 
 POOLS = ("block", "pooled", "scaled")  # a block's own calibration; every block's; every block's x the block's factor
@@ -211,13 +215,14 @@ SESSION12 = ("token", True, "block", "context")  # the fit of record until sessi
 
 
 def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
-            fit_from: Path | None = None) -> dict:
+            fit_from: Path | None = None, logits: str = "last") -> dict:
     """Grid runs are priced by the tables of the fit `vllm_select.select` chose on the plain runs alone (or the
     fit a committed table_selection.json names: `fit_from`), per block as its pool says (`tables_by_block`);
     beside them, the same runs priced by the block's token-only monotone tables (session 12's fit of record,
     `token_monotone`) and by the chosen fit's tables pooled over every block (`pooled`). `blocks` (glob patterns)
     keeps those blocks' grid runs only, the tables still see every block's calibration (runs without
-    speculation); what is written goes to `dst` (default: `out`)."""
+    speculation); what is written goes to `dst` (default: `out`). `logits`: a request table's rule for the
+    positions a verification computes logits at (specsim.validation.request_table; "last": the record's)."""
     from vllm_select import fixed, previous, select  # experiments/vllm_select.py
 
     dst = out if dst is None else dst
@@ -232,7 +237,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     fit_runs = [r for r in runs if r.get("mode") not in CAL.values()] + \
         [r for r in every if r.get("mode") in CAL.values()]
     sel = fixed(fit_from) if fit_from else select(out, fit_runs, dst, incumbent=previous(dst))
-    fit = (sel["kind"], sel["monotone"], sel.get("pool", "block"), sel.get("kv", "context"))
+    fit = (sel["kind"], sel["monotone"], sel.get("pool", "block"), sel.get("kv", "context"), logits)
     tt, td = fit_tables(fit_runs, SESSION12)
     pooled = fit_tables(fit_runs, fit)
     for m, t in zip(CAL, pooled):
@@ -254,7 +259,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     if blocks_seen:
         res["block_tables"] = {b: {m: _info(a) for m, a in zip(CAL, tabs["chosen"][b])} for b in blocks_seen}
     rq = tuple(request_table(calibration_runs(fit_runs, m), f"{m} alone ({CAL[m]})") for m in CAL)
-    res.update(points=points, rows=rows, probes=probes(runs, out), table_selection=sel,
+    res.update(points=points, rows=rows, probes=probes(runs, out), table_selection=sel, verify_logits=logits,
                tables={m: _info(t) for m, t in zip(CAL, pooled)}, holdout=_holdout(fit_runs, rq, (tt, td)),
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),

@@ -243,6 +243,10 @@ def main() -> None:
     an.add_argument("--report", help="write the analysis here instead of --out (with --blocks)")
     an.add_argument("--blocks", nargs="+", help="only the runs of these blocks (glob patterns, e.g. 'r3-*')")
     an.add_argument("--fit-from", help="use the fit this table_selection.json chose instead of choosing again")
+    an.add_argument("--verify-logits", choices=("last", "positions"), default="last",
+                    help="a (tokens, requests) table prices a verification with one logit per request (default, the "
+                         "record's rule) or with logits at every verified position (specsim.validation.request_table,"
+                         " results/vllm_cpu_lockstep2/preregistered_logits.md)")
     a = ap.parse_args()
     if a.cmd == "measure":
         cmd_measure(a)
@@ -259,7 +263,8 @@ def main() -> None:
     else:
         from vllm_analyze import analyze  # experiments/vllm_analyze.py
 
-        analyze(Path(a.out), Path(a.report) if a.report else None, a.blocks, Path(a.fit_from) if a.fit_from else None)
+        analyze(Path(a.out), Path(a.report) if a.report else None, a.blocks, Path(a.fit_from) if a.fit_from else None,
+                a.verify_logits)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ class HostPricer:
     def __init__(self, host_s_per_request: float, k: int):
         self.host_s, self.k = host_s_per_request, max(k, 1)
 
-    def price(self, new, ctx):
+    def price(self, new, ctx, logits=None):
         return self.host_s * len(new) / self.k, 0.0, 0.0
 
 

@@ -213,6 +213,10 @@ def _fit_text(res: dict) -> str:
     what = {"token": "step time against the tokens a step scheduled",
             "request": "t(T, R) = t1(T) + td(R) - t1(R) over tokens T and requests R (specsim/validation/"
                        "request_table.py)"}[sel["kind"]]
+    if sel["kind"] == "request":
+        what += ("; a verification's bracket read at its logit positions P (every verified position), "
+                 "t1(T) + td(P) - t1(P)" if res.get("verify_logits", "last") == "positions"
+                 else "; a verification's bracket read at its requests (one logit each)")
     how = "monotone (isotonic)" if sel["monotone"] else "the per-count medians as measured (dips kept)"
     how += ", " + POOL_TEXT[sel.get("pool", "block")]
     how += ", " + KV_TEXT[sel.get("kv", "context")]

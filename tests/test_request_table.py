@@ -132,3 +132,64 @@ def test_a_fit_as_measured_keeps_a_measured_dip_and_never_falls_past_its_last_kn
     iso = sf.fit_step_table(sf.StepSamples.from_steps(steps))
     assert iso.time_at(4) >= iso.time_at(2) and iso.monotone and not raw.monotone
     assert "dips kept" in raw.describe()
+
+
+def _logit_engine(T, R, P):
+    """A synthetic engine whose extra requests cost only their logit positions: 2.5 ms per position beyond one."""
+    return g(T) + 0.0025 * (P - 1)
+
+
+def _logit_calibration():
+    steps = [_step(1, c, 0, 0, time_s=_logit_engine(c, 1, 1)) for c in (2, 3, 4, 6, 8, 12, 16, 24) for _ in range(3)]
+    return steps + [_step(0, 0, r, r, time_s=_logit_engine(r, r, r)) for r in range(1, 13) for _ in range(3)]
+
+
+def test_a_verification_reads_the_bracket_at_its_logit_positions():
+    """3 requests verifying 3 drafts each: 12 tokens, 12 logit positions (vLLM's rejection sampler reads every
+    verified position). Read at P, the bracket recovers the step; read at R ("last", sessions 12-19) it is short
+    by the 9 positions' logits."""
+    cal = _logit_calibration()
+    new, ctx, pos = np.array([4, 4, 4]), np.zeros(3), np.array([4, 4, 4])
+    table = rt.fit_request_table(cal, logits="positions")
+    assert table.price(new, ctx, pos)[0] == pytest.approx(_logit_engine(12, 3, 12), rel=1e-9)
+    last = rt.fit_request_table(cal, logits="last")
+    assert last.price(new, ctx, pos)[0] == pytest.approx(_logit_engine(12, 3, 3), rel=1e-9)
+    assert table.price(new, ctx, pos)[0] - last.price(new, ctx, pos)[0] == pytest.approx(9 * 0.0025, rel=1e-6)
+    # one request verifying 5 drafts: 6 positions, where "last" reads the one-request line alone
+    assert table.price(np.array([6]), np.zeros(1), np.array([6]))[0] == pytest.approx(_logit_engine(6, 1, 6))
+    assert last.price(np.array([6]), np.zeros(1), np.array([6]))[0] == pytest.approx(_logit_engine(6, 1, 1))
+
+
+def test_steps_without_drafts_are_priced_as_before():
+    """One logit per request (every step the calibration and the plain runs hold) is the bracket at R: passing
+    the positions changes nothing, under either rule."""
+    cal = _calibration()
+    for rule in rt.LOGITS:
+        table = rt.fit_request_table(cal, logits=rule)
+        for new in (np.array([1, 1, 1]), np.array([9, 1]), np.array([20])):
+            ones = np.ones(new.size, np.int64)
+            assert table.price(new, np.zeros(new.size), ones) == table.price(new, np.zeros(new.size))
+
+
+@pytest.mark.parametrize("pos", [[1, 0], [5, 1]])
+def test_logit_positions_outside_one_per_request_to_every_token_are_refused(pos):
+    for rule in rt.LOGITS:  # refused under either rule: an engine passing them wrong is a bug either way
+        table = rt.fit_request_table(_calibration(), logits=rule)
+        with pytest.raises(ConfigError, match="positions") as e:
+            table.price(np.array([4, 1]), np.zeros(2), np.array(pos))
+        assert "1 <= requests <= positions <= tokens" in str(e.value)
+
+
+def test_logit_positions_outside_the_decodes_are_flagged():
+    """Decodes measured at 1-4 requests: 2 requests verifying 2 drafts each read the bracket at 6 positions."""
+    table = rt.fit_request_table(_calibration(decodes=range(1, 5)), logits="positions")
+    table.price(np.array([3, 3]), np.zeros(2), np.array([3, 3]))
+    assert table.unmeasured.above == 1 and table.unmeasured.steps == 1
+    last = rt.fit_request_table(_calibration(decodes=range(1, 5)), logits="last")
+    last.price(np.array([3, 3]), np.zeros(2), np.array([3, 3]))
+    assert last.unmeasured.steps == 0
+
+
+def test_an_unknown_logits_rule_is_refused():
+    with pytest.raises(ConfigError, match="logits"):
+        rt.fit_request_table(_calibration(), logits="all")

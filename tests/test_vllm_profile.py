@@ -17,7 +17,7 @@ from specsim.engine.workload import Workload
 class _Linear:
     """A step costs 10 ms + 1 ms per scheduled token (easy to reason about)."""
 
-    def price(self, new, ctx):
+    def price(self, new, ctx, logits=None):
         return 0.01 + 1e-3 * float(np.sum(new)), 0.0, 0.0
 
 
@@ -136,3 +136,33 @@ def test_step_table_interpolates_and_checks(tmp_path):
     (tmp_path / "nan.csv").write_text("tokens,time_s\n1,nan\n2,0.3\n")
     with pytest.raises(ConfigError, match="not a number"):
         StepTable.read_csv(tmp_path / "nan.csv")
+
+
+class _Recording(_Linear):
+    """_Linear that keeps what each call was given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def price(self, new, ctx, logits=None):
+        self.calls.append((np.array(new), None if logits is None else np.array(logits)))
+        return super().price(new, ctx)
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_the_target_is_told_which_positions_need_logits(k):
+    """One per scheduled request, plus every draft a request verifies (vLLM's logits_indices); the draft's passes
+    are told nothing (one logit per request)."""
+    wl = _wl([40, 9, 70, 5], [12, 20, 6, 15], concurrency=3)
+    target, draft = _Recording(), (_Recording() if k else None)
+    e = VllmV1Engine(wl, VllmV1Config(max_num_batched_tokens=32), target, draft,
+                     Acceptance(alpha=0.7, seed=5) if k else None, k=k)
+    e.run()
+    verified = np.zeros(len(e.steps), np.int64)
+    for rs in e.rs:
+        verified[rs.step] += rs.gamma
+    assert len(target.calls) == len(e.steps)
+    for (new, pos), (tokens, requests, _), d in zip(target.calls, e.scheduled, verified):
+        assert pos.size == requests and pos.sum() == requests + d and (pos <= new).all()
+    assert (verified > 0).any() == bool(k)
+    assert draft is None or all(pos is None for _, pos in draft.calls)

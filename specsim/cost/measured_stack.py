@@ -210,7 +210,7 @@ class RaggedPricer:
         self.cm, self.k, self.model = cm, cm.kernels, cm.model
         self.roof = RooflinePricer(cm.roof)
 
-    def price(self, new, ctx) -> tuple[float, float, float]:
+    def price(self, new, ctx, logits=None) -> tuple[float, float, float]:
         _, b, f = self.roof.price(new, ctx)
         rows = [(int(n), int(self.cm.roof.kv_context(int(c)))) for n, c in zip(new, ctx) if n > 0]
         if not rows:

@@ -1,7 +1,8 @@
 """What one ragged engine step costs: a forward pass over requests that each bring a different number of new tokens
 at a different cached context (vLLM's continuous batching mixes prefill chunks and decodes in one pass).
 
-Two pricers, one interface `price(new, ctx) -> (time_s, bytes, flops)`:
+Two pricers, one interface `price(new, ctx, logits=None) -> (time_s, bytes, flops)` (`logits`: positions per
+request whose logits the step computes, None = one each; a pricer without a term for them ignores it):
 - `RooflinePricer` — the roofline of `specsim.cost.roofline.CostModel` summed over the requests: the weights are read
   once, every request reads its own KV (ctx_i entries) and writes new_i entries, FLOPs are 2·params·Σ new_i plus
   attention over each request's own keys (causal within its new tokens). This is what the uniform pass
@@ -31,7 +32,7 @@ class RooflinePricer:
         self.cm = cm
         self.model = cm.model
 
-    def price(self, new: np.ndarray, ctx: np.ndarray) -> tuple[float, float, float]:
+    def price(self, new: np.ndarray, ctx: np.ndarray, logits=None) -> tuple[float, float, float]:
         cm, m = self.cm, self.model
         new = np.asarray(new, dtype=np.float64)
         ctx = np.asarray(ctx, dtype=np.float64)
@@ -88,7 +89,7 @@ class StepTable:
         slope = (s[-1] - s[-2]) / (t[-1] - t[-2])
         return float(s[-1] + slope * (T - t[-1]))
 
-    def price(self, new: np.ndarray, ctx: np.ndarray) -> tuple[float, float, float]:
+    def price(self, new: np.ndarray, ctx: np.ndarray, logits=None) -> tuple[float, float, float]:
         T = float(np.sum(new))
         return (self.time_at(T), 0.0, 0.0) if T > 0 else (0.0, 0.0, 0.0)
 

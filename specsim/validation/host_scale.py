@@ -62,8 +62,8 @@ class ScaledTable:
     def time_at(self, *a, **kw) -> float:
         return self.factor * self.base.time_at(*a, **kw)
 
-    def price(self, new, ctx) -> tuple[float, float, float]:
-        t, b, f = self.base.price(new, ctx)
+    def price(self, new, ctx, logits=None) -> tuple[float, float, float]:
+        t, b, f = self.base.price(new, ctx, logits)
         return self.factor * t, self.factor * b, self.factor * f
 
 
@@ -83,8 +83,8 @@ class _SizedFactor:
     def time_at(self, T: float, *a, **kw) -> float:
         return self.factor(T) * self.base.time_at(T, *a, **kw)
 
-    def price(self, new, ctx) -> tuple[float, float, float]:
-        t, b, f = self.base.price(new, ctx)
+    def price(self, new, ctx, logits=None) -> tuple[float, float, float]:
+        t, b, f = self.base.price(new, ctx, logits)
         x = self.factor(float(np.sum(new)))
         return x * t, x * b, x * f
 

@@ -18,6 +18,17 @@ prefill, a mixed step) reads both. A step whose T is outside t1's measured range
 t1's, is priced and counted in `unmeasured`, as `FittedStepTable` counts. Multi-request prefill steps (the first
 step of every cal-decC run) are in neither family: `holdout` scores the rule on them, a check no fit saw.
 
+Logit positions (session 20): a decode of N requests differs from one request's N-token chunk by N - 1 logit
+positions (vLLM computes logits at each request's last scheduled token, and at every position of a request that
+verifies drafts: `v1/worker/gpu_model_runner.py _calc_spec_decode_metadata`) and N - 1 requests' bookkeeping.
+With P the positions whose logits the step computes (the engine passes them; P = R for every step without drafts,
+which is all the calibration holds), `logits="positions"` reads the bracket at P (its range checked at P):
+    t(T, R, P) = t1(T) + [td(P) - t1(P)]
+which also charges P - R requests' bookkeeping the step does not pay (small on the CPU measured: the bracket is
+flat to N = 8 and grows with the logits after). `logits="last"` (the default, the record's rule) keeps it at R:
+one logit per request. "positions" replaces it only when blocks measured after its commit say so
+(experiments/results/vllm_cpu_lockstep2/preregistered_logits.md).
+
 On the 2026-12-02 lockstep campaign it fails that check (multi-request prefills priced +15% median, where the
 token-only table is unbiased) and loses to the token-only table on the plain runs; it stays a candidate of
 experiments/vllm_select.py, which chooses the fit on plain runs alone (docs/validation.md).
@@ -71,11 +82,19 @@ class Families:
         return cls(single, decode, other)
 
 
-class RequestStepTable:
-    """t(T, R) = t1(T) + td(R) - t1(R); `price(new, ctx)` as every pricer (len(new) = the step's requests)."""
+LOGITS = ("last", "positions")  # the bracket read at the step's requests (the record's rule), or at its logit positions
 
-    def __init__(self, single: FittedStepTable, decode: FittedStepTable, where: str = "request step table"):
-        self.single, self.decode, self.where = single, decode, where
+
+class RequestStepTable:
+    """t(T, R) = t1(T) + td(R) - t1(R), or t1(T) + td(P) - t1(P) with logits="positions"; `price(new, ctx,
+    logits)` as every pricer (len(new) = the step's requests, `logits` the positions per request whose logits the
+    step computes)."""
+
+    def __init__(self, single: FittedStepTable, decode: FittedStepTable, where: str = "request step table",
+                 logits: str = "last"):
+        if logits not in LOGITS:
+            raise ConfigError("unknown logits rule", file=where, field="logits", value=logits, allowed=str(LOGITS))
+        self.single, self.decode, self.where, self.logits = single, decode, where, logits
         self.unmeasured = Unmeasured()
 
     @property
@@ -83,6 +102,7 @@ class RequestStepTable:
         return self.single.kv_measure
 
     def _count(self, T: float, R: int) -> None:
+        """R: the count the bracket is read at (requests, or logit positions)."""
         u = self.unmeasured
         u.queries += 1
         where = self.single.classify(T)
@@ -93,21 +113,27 @@ class RequestStepTable:
             setattr(u, where, getattr(u, where) + 1)
             u.tokens.add(int(T))
 
-    def time_at(self, T: float, R: int = 1, ctx: float | None = None, count: bool = True) -> float:
-        """Seconds for a step of T tokens over R requests (R = 1: one request; T = R: a pure decode); counted in
+    def time_at(self, T: float, R: int = 1, ctx: float | None = None, count: bool = True,
+                positions: int | None = None) -> float:
+        """Seconds for a step of T tokens over R requests (R = 1: one request; T = R: a pure decode) computing
+        logits at `positions` (default R; the bracket is read there unless logits="last"); counted in
         `unmeasured` unless count=False. The families' own counters are never touched: the step is counted once,
         here."""
-        if R < 1 or T < R:
-            raise ConfigError("a step has at least one request and one token per request", file=self.where,
-                              field="tokens/requests", value=f"{T}/{R}", allowed="1 <= requests <= tokens")
+        P = R if positions is None else positions
+        if R < 1 or T < R or not R <= P <= T:
+            raise ConfigError("a step has at least one request, one token and one logit position per request, "
+                              "and no more logit positions than tokens", file=self.where,
+                              field="tokens/requests/positions", value=f"{T}/{R}/{P}",
+                              allowed="1 <= requests <= positions <= tokens")
+        P = R if self.logits == "last" else P
         if count:
-            self._count(T, R)
-        if T == R and R > 1:
-            return self.decode.time_at(R, ctx, count=False)
+            self._count(T, P)
+        if T == P and P > 1:
+            return self.decode.time_at(P, ctx, count=False)
         one = self.single.time_at(T, ctx, count=False)
-        if R == 1:
+        if P == 1:
             return one
-        extra = self.decode.time_at(R, None, count=False) - self.single.time_at(R, None, count=False)
+        extra = self.decode.time_at(P, None, count=False) - self.single.time_at(P, None, count=False)
         return max(0.5 * one, one + extra)
 
     def write_csv(self, path: str | Path, comment: str = "") -> Path:
@@ -126,19 +152,21 @@ class RequestStepTable:
                 w.writerows([fam] + r for r in t.rows())
         return p
 
-    def price(self, new: np.ndarray, ctx: np.ndarray) -> tuple[float, float, float]:
+    def price(self, new: np.ndarray, ctx: np.ndarray, logits: np.ndarray | None = None) -> tuple[float, float, float]:
         new = np.asarray(new, np.int64)
-        new = new[new > 0]
+        keep = new > 0
+        new = new[keep]
         if new.size == 0:
             return 0.0, 0.0, 0.0
-        c = self.single.kv_of(new, ctx)
-        return self.time_at(float(new.sum()), int(new.size), c), 0.0, 0.0
+        c = self.single.kv_of(new, np.asarray(ctx)[keep])
+        P = None if logits is None else int(np.asarray(logits, np.int64)[keep].sum())
+        return self.time_at(float(new.sum()), int(new.size), c, positions=P), 0.0, 0.0
 
 
 def fit_request_table(steps: list[dict], where: str = "request step table", monotone: bool = True,
-                      kv: str = "context") -> RequestStepTable:
+                      kv: str = "context", logits: str = "last") -> RequestStepTable:
     """Both families fitted as `fit_step_table` fits one (knots at measured counts, isotonic unless
-    monotone=False, KV slope over the `kv` measure)."""
+    monotone=False, KV slope over the `kv` measure); `logits` as `RequestStepTable`."""
     f = Families.split(steps, where)
     if not f.single or not f.decode:
         raise ConfigError("a (tokens, requests) table needs one-request steps and multi-request decode steps",
@@ -149,7 +177,7 @@ def fit_request_table(steps: list[dict], where: str = "request step table", mono
     # a pure decode's token count is its request count: the decode table's axis is both
     decode = fit_step_table(StepSamples.from_steps(f.decode + [s for s in f.single if _is_decode1(s)], where, kv),
                             where=f"{where}: decodes", monotone=monotone)
-    return RequestStepTable(single, decode, where=where)
+    return RequestStepTable(single, decode, where=where, logits=logits)
 
 
 def _is_decode1(s: dict) -> bool:

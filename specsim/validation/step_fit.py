@@ -239,7 +239,8 @@ class FittedStepTable(StepTable):
             return attended_pairs(new, ctx)
         return math.fsum(np.asarray(ctx, float).tolist())
 
-    def price(self, new: np.ndarray, ctx: np.ndarray) -> tuple[float, float, float]:
+    def price(self, new: np.ndarray, ctx: np.ndarray, logits=None) -> tuple[float, float, float]:
+        """`logits` (positions per request) is not read: a token-only table has no axis for it."""
         T = float(np.sum(new))
         if T <= 0:
             return 0.0, 0.0, 0.0

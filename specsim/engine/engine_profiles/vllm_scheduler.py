@@ -23,6 +23,10 @@ Rules, each from vLLM 0.32's code (the CPU build this project measured; paths un
   (the draft builds its KV of the prompt in the same step) and k − 1 passes of one token per proposing request.
   So a request's first token (TTFT) comes at the end of the step that finished its prefill, including the draft's
   passes, and a request's last step still pays for drafts it never uses (as vLLM does).
+- Logits: the target computes them at each scheduled request's last token (a prefill chunk's too, sampled and
+  dropped) and, for a request verifying d drafts, at all its d + 1 positions (`v1/worker/gpu_model_runner.py
+  _calc_spec_decode_metadata` logits_indices, which the CPU runner inherits); `logit_positions` passes them to
+  the target's pricer (one that has no term for them ignores them).
 - Tokens reach the client at the end of the step that produced them; a request finishes when it has
   `output_len` tokens (max_tokens with ignore_eos) and frees its blocks then.
 """
@@ -156,7 +160,7 @@ class VllmV1Engine:
     def step(self, sched: list, now: float) -> tuple[float, list]:
         new = np.array([n for _, n in sched], dtype=np.int64)
         ctx = np.array([r.computed for r, _ in sched], dtype=np.int64)
-        t, b, f = self.target.price(new, ctx)
+        t, b, f = self.target.price(new, ctx, logit_positions(sched))
         sampled, finished = [], []
         prefill_tokens = sum(n for r, n in sched if r.emitted == 0 or r.computed < r.prompt + r.emitted - 1)
         for (r, n) in sched:
@@ -241,6 +245,12 @@ class VllmV1Engine:
     def _records(self) -> Records:
         return Records(arrival_s=self.arrival, admit_s=self.admit, first_token_s=self.first, finish_s=self.finish,
                        output_len=self.wl.output_len, **step_columns(self.steps), **request_step_columns(self.rs))
+
+
+def logit_positions(sched: list) -> np.ndarray:
+    """Per scheduled (request, tokens): the positions whose logits the step computes — 1 + the drafts it verifies
+    (those of its tokens past the prompt and output it has: a step's request is 1 + d tokens beyond them)."""
+    return np.array([1 + max(0, r.computed + n - (r.prompt + r.emitted)) for r, n in sched], dtype=np.int64)
 
 
 def pool_blocks(cfg: VllmV1Config, cost_models: list, spec: bool) -> int:
