@@ -163,6 +163,6 @@ def test_the_target_is_told_which_positions_need_logits(k):
         verified[rs.step] += rs.gamma
     assert len(target.calls) == len(e.steps)
     for (new, pos), (tokens, requests, _), d in zip(target.calls, e.scheduled, verified):
-        assert pos.size == requests and pos.sum() == requests + d and (pos <= new).all()
+        assert new.sum() == tokens and pos.size == requests and pos.sum() == requests + d and (pos <= new).all()
     assert (verified > 0).any() == bool(k)
     assert draft is None or all(pos is None for _, pos in draft.calls)
