@@ -215,14 +215,15 @@ SESSION12 = ("token", True, "block", "context")  # the fit of record until sessi
 
 
 def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
-            fit_from: Path | None = None, logits: str = "last") -> dict:
+            fit_from: Path | None = None, logits: str = "positions") -> dict:
     """Grid runs are priced by the tables of the fit `vllm_select.select` chose on the plain runs alone (or the
     fit a committed table_selection.json names: `fit_from`), per block as its pool says (`tables_by_block`);
     beside them, the same runs priced by the block's token-only monotone tables (session 12's fit of record,
     `token_monotone`) and by the chosen fit's tables pooled over every block (`pooled`). `blocks` (glob patterns)
     keeps those blocks' grid runs only, the tables still see every block's calibration (runs without
     speculation); what is written goes to `dst` (default: `out`). `logits`: a request table's rule for the
-    positions a verification computes logits at (specsim.validation.request_table; "last": the record's)."""
+    positions a verification computes logits at (specsim.validation.request_table; "positions", the record's since
+    session 20; "last", sessions 12-19)."""
     from vllm_select import fixed, previous, select  # experiments/vllm_select.py
 
     dst = out if dst is None else dst

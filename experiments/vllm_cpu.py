@@ -243,10 +243,10 @@ def main() -> None:
     an.add_argument("--report", help="write the analysis here instead of --out (with --blocks)")
     an.add_argument("--blocks", nargs="+", help="only the runs of these blocks (glob patterns, e.g. 'r3-*')")
     an.add_argument("--fit-from", help="use the fit this table_selection.json chose instead of choosing again")
-    an.add_argument("--verify-logits", choices=("last", "positions"), default="last",
-                    help="a (tokens, requests) table prices a verification with one logit per request (default, the "
-                         "record's rule) or with logits at every verified position (specsim.validation.request_table,"
-                         " results/vllm_cpu_lockstep2/preregistered_logits.md)")
+    an.add_argument("--verify-logits", choices=("positions", "last"), default="positions",
+                    help="a (tokens, requests) table prices a verification with logits at every verified position "
+                         "(default, the record's rule since session 20: results/vllm_cpu_lockstep2/preregistered_r14.md"
+                         ") or with one logit per request (sessions 12-19; specsim.validation.request_table)")
     a = ap.parse_args()
     if a.cmd == "measure":
         cmd_measure(a)

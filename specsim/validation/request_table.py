@@ -25,9 +25,9 @@ With P the positions whose logits the step computes (the engine passes them; P =
 which is all the calibration holds), `logits="positions"` reads the bracket at P (its range checked at P):
     t(T, R, P) = t1(T) + [td(P) - t1(P)]
 which also charges P - R requests' bookkeeping the step does not pay (small on the CPU measured: the bracket is
-flat to N = 8 and grows with the logits after). `logits="last"` (the default, the record's rule) keeps it at R:
-one logit per request. "positions" replaces it only when blocks measured after its commit say so
-(experiments/results/vllm_cpu_lockstep2/preregistered_logits.md).
+flat to N = 8 and grows with the logits after). `logits="last"` (the class's default, sessions 12-19) keeps it at
+R: one logit per request. The vLLM analysis prices with "positions" since session 20, when blocks measured after
+its commit said so (experiments/results/vllm_cpu_lockstep2/preregistered_r14.md).
 
 On the 2026-12-02 lockstep campaign it fails that check (multi-request prefills priced +15% median, where the
 token-only table is unbiased) and loses to the token-only table on the plain runs; it stays a candidate of
