@@ -160,14 +160,15 @@ class VllmV1Engine:
     def step(self, sched: list, now: float) -> tuple[float, list]:
         new = np.array([n for _, n in sched], dtype=np.int64)
         ctx = np.array([r.computed for r, _ in sched], dtype=np.int64)
-        t, b, f = self.target.price(new, ctx, logit_positions(sched))
+        pos = logit_positions(sched)
+        t, b, f = self.target.price(new, ctx, pos)
         sampled, finished = [], []
         prefill_tokens = sum(n for r, n in sched if r.emitted == 0 or r.computed < r.prompt + r.emitted - 1)
-        for (r, n) in sched:
+        for (r, n), p in zip(sched, pos):
             if r.computed + n < r.prompt + r.emitted:  # a prefill chunk that does not finish the prefill
                 r.computed += n
                 continue
-            d = r.computed + n - (r.prompt + r.emitted)  # drafts verified (the budget may have cut some)
+            d = int(p) - 1  # drafts verified (the budget may have cut some): logit positions less the sampled one
             first = r.emitted == 0
             a = accepted_in_step(self.acc, r.gen, d, r.pos) if d > 0 else 0  # r.gen set at its first token
             r.computed += n - (d - a)
