@@ -1,5 +1,6 @@
 """The hf-assisted engine profile does what transformers' assisted generation does (batch 1): prefill fused into
-round 1, the draft re-fed 2 positions every later round, γ clipped at the end."""
+round 1, the draft's cache rolled back by the refused candidates (1 position re-fed after a rejection, 2 after a
+clean sweep: transformers 5.25), γ clipped at the end."""
 
 from __future__ import annotations
 
@@ -34,13 +35,22 @@ def _rounds(alpha, P, out, G):
     return rounds, t.calls, d.calls
 
 
-def test_round_one_fuses_the_prefill_and_later_rounds_refeed_two_positions():
+def test_round_one_fuses_the_prefill_and_a_rejection_refeeds_one_position():
     rounds, t, d = _rounds(0.0, P=10, out=4, G=3)  # α = 0: every round accepts nothing and emits 1 token
     assert len(rounds) == 4 - 0  # 1 token per round
     assert t[0] == (13, 0)  # one target pass over the prompt and the 3 candidates
     assert d[:3] == [(10, 0), (1, 10), (1, 11)]  # the draft's generate over the prompt, then γ − 1 single passes
-    assert d[3] == (2, 9)  # round 2 (11 tokens so far): the cache cropped to 9, 2 positions re-fed
-    assert t[1] == (3, 10)  # γ clipped to min(3, 14 − 11 − 1) = 2: verification of 3 positions
+    assert t[1] == (3, 10)  # round 2 (11 tokens so far): γ clipped to min(3, 14 − 11 − 1) = 2, 3 positions verified
+    # round 2's draft: the cache rolled back to 10, the target's token fed alone (1, 10), then (1, 11); 1 ms/position
+    assert rounds[1][0] == pytest.approx(1e-3 * (1 + 1 + 3))
+
+
+def test_a_clean_sweep_refeeds_two_positions():
+    rounds, t, d = _rounds(1.0 - 1e-12, P=10, out=12, G=3)  # every draft accepted
+    assert d[:3] == [(10, 0), (1, 10), (1, 11)]
+    assert d[3] == (2, 12)  # round 2 (14 tokens so far): no crop, the last draft and the bonus token fed
+    assert t[1] == (4, 13)
+    assert rounds[1][0] == pytest.approx(1e-3 * (2 + 1 + 1 + 4))
 
 
 def test_gamma_is_clipped_at_the_end():

@@ -1,4 +1,4 @@
-"""The `hf-assisted` engine profile: Hugging Face assisted generation as transformers 5.24 runs it (batch 1).
+"""The `hf-assisted` engine profile: Hugging Face assisted generation as transformers 5.25 runs it (batch 1).
 
 Rules, from the installed code (`transformers/generation/utils.py GenerationMixin._assisted_decoding`,
 `transformers/generation/candidate_generator.py AssistedCandidateGenerator`):
@@ -7,10 +7,13 @@ Rules, from the installed code (`transformers/generation/utils.py GenerationMixi
   P positions, context 0) and γ − 1 one-position passes; the target then runs ONE pass over the prompt and the
   γ candidates (P + γ positions, context 0). Output token 0 and the round's accepted drafts arrive together at the
   end of that round (TTFT = the first round).
-- Every later round crops the draft's cache to `len(input_ids) − 2` (`_update_past_and_masks`:
-  target_cache_size = input_ids.shape[-1] − 1 − remove_from_pkv − num_added_tokens, with num_added_tokens = 1),
-  so the draft's first pass feeds 2 positions in EVERY round, not only after a clean sweep; then γ − 1
-  one-position passes; the target verifies γ + 1 positions at context len − 1.
+- Every later round rolls the draft's cache back by the candidates the target refused
+  (`_update_past_and_masks`: tokens_to_remove = last drafted length − len(input_ids), cropped only when ≥ 0;
+  5.25 onward). After a rejection the cache keeps len − 1 positions and the draft's first pass feeds the target's
+  token alone (1 position, context len − 1); after a clean sweep (all γ accepted, tokens_to_remove = −1, no crop)
+  it feeds the last draft and the bonus token (2 positions, context len − 2). Then γ − 1 one-position passes; the
+  target verifies γ + 1 positions at context len − 1. (Up to 5.24 the cache was cropped to len − 2 in every round,
+  so the first pass fed 2 positions after a rejection too.)
 - γ is clipped at the end: max_new_tokens of the draft = min(γ, max_length − cur_len − 1)
   (`_calculate_new_tokens`); at 0 the round has no draft passes and the target runs one position.
 - The baseline is plain `generate`: one prefill pass (token 0), then one position per step.
@@ -93,6 +96,7 @@ def _request(i: int, P: int, out: int, G: int, t: _Passes, d: _Passes, acc):
     gen = acc.generator(i)
     pos = int(acc.walk_start(i))
     cur, end, rounds = P, P + out, []
+    swept = False  # the previous round accepted all its drafts
     while cur < end:
         g = min(G, end - cur - 1)
         first = cur == P
@@ -102,11 +106,12 @@ def _request(i: int, P: int, out: int, G: int, t: _Passes, d: _Passes, acc):
             cur += 1
             pos += 1
             continue
-        parts = [d.prompt(P) if first else d.at(2, cur - 2)]
+        parts = [d.prompt(P) if first else d.at(2, cur - 2) if swept else d.at(1, cur - 1)]
         parts += [d.at(1, cur + j) for j in range(g - 1)]
         parts.append(t.prompt(P + g) if first else t.at(g + 1, cur - 1))
         n = accepted_in_step(acc, gen, g, pos)
         rounds.append((sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts), g, n))
+        swept = n == g
         cur += n + 1
         pos += n + 1
     return rounds
