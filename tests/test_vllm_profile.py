@@ -166,3 +166,20 @@ def test_the_target_is_told_which_positions_need_logits(k):
         assert new.sum() == tokens and pos.size == requests and pos.sum() == requests + d and (pos <= new).all()
     assert (verified > 0).any() == bool(k)
     assert draft is None or all(pos is None for _, pos in draft.calls)
+
+
+def test_the_draft_runs_every_step_over_every_scheduled_request():
+    """vLLM pads the drafter's batch to all of the step's requests and runs it whenever the input fits
+    (gpu_model_runner.py; propose's batch_size = common_attn_metadata.batch_size()): a step of prefill chunks that
+    finish no prefill still pays one draft pass over its tokens and k - 1 one-token passes per request."""
+    k = 3
+    wl = _wl([100, 6], [5, 5], concurrency=2)  # 100 tokens in chunks of 32: three steps finish no prefill
+    target, draft = _Recording(), _Recording()
+    e = VllmV1Engine(wl, VllmV1Config(max_num_batched_tokens=32), target, draft, Acceptance(alpha=0.7, seed=5), k=k)
+    e.run()
+    assert len(draft.calls) == k * len(e.steps)  # every step: the first pass and k - 1 one-token passes
+    for j, (tokens, requests, _) in enumerate(e.scheduled):
+        first, *rest = draft.calls[k * j:k * (j + 1)]
+        assert first[0].sum() == tokens
+        assert all(new.size == requests and (new == 1).all() for new, _ in rest)
+    assert e.scheduled[0] == (32, 1, 32)  # step 0: a chunk of request 0 alone, no token sampled, drafts paid

@@ -19,10 +19,14 @@ Rules, each from vLLM 0.32's code (the CPU build this project measured; paths un
 - A speculative step (`v1/spec_decode/llm_base_proposer.py propose`, `draft_model.py`): the target runs one pass
   over every scheduled token — each decode's 1 + k tokens (its last token and the k drafts proposed in the
   previous step) and the prefill chunks — the rejection sampler keeps the leading accepted drafts plus one token;
-  then the draft proposes k tokens for every request that sampled: one draft pass over the same scheduled tokens
-  (the draft builds its KV of the prompt in the same step) and k − 1 passes of one token per proposing request.
-  So a request's first token (TTFT) comes at the end of the step that finished its prefill, including the draft's
-  passes, and a request's last step still pays for drafts it never uses (as vLLM does).
+  then the draft runs in every step, over every scheduled request: one draft pass over the same scheduled tokens
+  (the draft builds its KV of the prompt in the same step) and k − 1 passes of one token per scheduled request.
+  The drafter's batch is padded to all of the step's requests (`v1/worker/gpu_model_runner.py`: the drafter runs
+  whenever the input fits, `disable_padded_drafter_batch` defaults to False; `propose` takes batch_size =
+  common_attn_metadata.batch_size()): a request whose prefill chunk does not finish the prefill gets drafts that
+  the scheduler drops, and a step of such chunks alone still pays the draft's passes. So a request's first token
+  (TTFT) comes at the end of the step that finished its prefill, including the draft's passes, and a request's
+  last step still pays for drafts it never uses (as vLLM does).
 - Logits: the target computes them at each scheduled request's last token (a prefill chunk's too, sampled and
   dropped) and, for a request verifying d drafts, at all its d + 1 positions (`v1/worker/gpu_model_runner.py
   _calc_spec_decode_metadata` logits_indices, which the CPU runner inherits); `logit_positions` passes them to
@@ -180,9 +184,9 @@ class VllmV1Engine:
             if r.emitted >= r.out:
                 finished.append(r)
             r.drafts = 0
-        if self.k and sampled:  # the draft: one pass over the step's tokens, then k − 1 one-token passes
+        if self.k and sched:  # the draft: one pass over the step's tokens, then k − 1 one-token passes (all requests)
             dt, db, df = self.draft.price(new, ctx)
-            rows = np.array([r.computed for r, *_ in sampled], dtype=np.int64)
+            rows = np.array([r.computed for r, _ in sched], dtype=np.int64)
             for j in range(self.k - 1):
                 st, sb, sf = self.draft.price(np.ones(len(rows), np.int64), rows + j)
                 dt, db, df = dt + st, db + sb, df + sf
