@@ -1,0 +1,122 @@
+"""Diagnosis, never a fit: a request's prefill step at concurrency 1, speculative against plain, measured and
+priced, per k (what the speculative TTFT p50 cells rest on).
+
+    .venv/bin/python experiments/vllm_prefill_excess.py --out experiments/results/vllm_cpu_lockstep2
+
+Why (issue 24, session 21): on the 45-block record the speculative TTFT p50 cells are the ones most often beyond
+10%, all too fast. At c1 a closed loop's request starts alone, so its first step is a pure prefill of its prompt in
+both modes, and the two runs of a block issue the same prompts in the same order: the speculative step minus the
+plain step of the same prompt is the draft's part of it (its pass over the prompt, then k - 1 one-token passes)
+plus whatever else a speculative step pays, measured at nearly the same moment (lockstep). Each is priced by the
+fit of record (requests, as measured, pooled x block host factor, attended KV, logit positions) as
+experiments/vllm_predict.py prices it. Prints per k the medians over (block, request) of the measured and priced
+plain step, speculative step and their difference; then whether taking steps in turn with the other engine
+(lockstep) costs a plain step anything, against the same run's steps taken alone after its partner ended, and
+whether a request's first prefill chunk costs more than its next in the calibration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vllm_analyze as va  # noqa: E402
+
+FIT = ("request", False, "scaled", "attended", "positions")
+
+
+def prefills(run: dict) -> list[dict]:
+    """The run's pure one-request prefill steps, in order."""
+    return [s for s in run["steps"] if s["ctx_requests"] == 1 and not s["gen_requests"]]
+
+
+def rows(runs: list[dict]) -> list[dict]:
+    tables = va.tables_by_block(runs, FIT)
+    by = {(r["mode"], r["_file"].split("__")[1], r.get("block")): r for r in runs}
+    out = []
+    for (mode, point, block), r in sorted(by.items(), key=lambda x: str(x[0])):
+        plain = by.get(("plain", point, block))
+        if point != "c1" or not mode.startswith("draft") or plain is None:
+            continue
+        k, (tt, td) = r["cfg"]["k"], tables[block]
+        one = np.ones(1, np.int64)
+        for s, p in zip(prefills(r), prefills(plain)):
+            if s["ctx_tokens"] != p["ctx_tokens"]:
+                continue  # not the same prompt: the pairing is off, leave it out
+            T = np.array([s["ctx_tokens"]], np.int64)
+            t_plain = tt.price(T, np.zeros(1, np.int64), one)[0]
+            draft = td.price(T, np.zeros(1, np.int64))[0] + sum(td.price(one, T + j)[0] for j in range(k - 1))
+            out.append({"k": k, "block": block, "tokens": int(T[0]), "meas_plain": p["time_s"],
+                        "meas_spec": s["time_s"], "pred_plain": t_plain, "pred_spec": t_plain + draft})
+    return out
+
+
+def alternation(runs: list[dict]) -> list[float]:
+    """Per block, a plain c1 run's decode steps taken in turn with its speculative run's (lockstep: one engine step
+    each) over those after the speculative run ended (alone), median / median: a cost of switching engines would
+    make it > 1."""
+    by = {(r["mode"], r["_file"].split("__")[1], r.get("block")): r for r in runs}
+    out = []
+    for (mode, point, block), s in by.items():
+        p = by.get(("plain", point, block))
+        if point != "c1" or not mode.startswith("draft") or p is None:
+            continue
+        n = len(s["steps"])
+        dec = [(i, x["time_s"]) for i, x in enumerate(p["steps"]) if not x["ctx_requests"]]
+        alt, alone = [t for i, t in dec if 5 <= i < n - 2], [t for i, t in dec if i >= n + 2]
+        if len(alt) >= 10 and len(alone) >= 10:
+            out.append(float(np.median(alt) / np.median(alone)))
+    return out
+
+
+def first_chunks(runs: list[dict], model: str) -> list[float]:
+    """Calibration (cal-chunk runs of one model alone): a request's first prefill chunk (nothing cached) over its
+    second of the same size: a cost of starting a request would make it > 1."""
+    out = []
+    for r in va.calibration_runs(runs, model):
+        pre = prefills(r)
+        if len(pre) >= 2 and pre[0]["kv_ctx_tokens"] == 0 and pre[1]["ctx_tokens"] == pre[0]["ctx_tokens"]:
+            out.append(pre[0]["time_s"] / pre[1]["time_s"])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    out = ap.parse_args().out
+    runs = va.load_runs(out) if (out / "runs").is_dir() else []
+    if not runs:
+        print(f"vllm_prefill_excess: {out / 'runs'}: no measured runs here (experiments/vllm_cpu.py measure --out DIR)")
+        raise SystemExit(2)
+    res = rows(runs)
+    g = defaultdict(list)
+    for e in res:
+        g[e["k"]].append(e)
+    print("c1 prefill steps (medians over block x request, seconds): measured -> priced")
+    for k, es in sorted(g.items()):
+        m = {key: float(np.median([e[key] for e in es])) for key in es[0] if key.startswith(("meas", "pred"))}
+        dm = float(np.median([e["meas_spec"] - e["meas_plain"] for e in es]))
+        dp = float(np.median([e["pred_spec"] - e["pred_plain"] for e in es]))
+        rp = float(np.median([e["meas_plain"] / e["pred_plain"] for e in es]))
+        rs = float(np.median([e["meas_spec"] / e["pred_spec"] for e in es]))
+        print(f"k{k}: {len(es)} pairs in {len({e['block'] for e in es})} blocks, prompts "
+              f"{min(e['tokens'] for e in es)}-{max(e['tokens'] for e in es)} tokens; plain {m['meas_plain']:.3f} -> "
+              f"{m['pred_plain']:.3f} (measured / priced {rp:.3f}); speculative {m['meas_spec']:.3f} -> "
+              f"{m['pred_spec']:.3f} ({rs:.3f}); speculative - plain {dm:.3f} -> {dp:.3f}")
+    for model in ("target", "draft"):
+        fc = first_chunks(runs, model)
+        print(f"{model} alone, a request's first prefill chunk / its second of the same size: median "
+              f"{np.median(fc):.3f} over {len(fc)} requests")
+    alt = alternation(runs)
+    print(f"plain c1 decode steps taken in turn with the speculative run's / taken alone after it: median "
+          f"{np.median(alt):.3f} [p10 {np.percentile(alt, 10):.3f}, p90 {np.percentile(alt, 90):.3f}] over "
+          f"{len(alt)} blocks")
+
+
+if __name__ == "__main__":
+    main()
