@@ -271,3 +271,27 @@ def test_token_tree_prices_its_nodes_on_the_measured_stack():
     step = {n: r["tpot_mean_s"] * r["tokens_per_target_run"] for n, r in (("chain", chain), ("tree", tree))}
     assert step["tree"] > step["chain"]
     assert 1.0 < chain["speedup"] and 1.0 < tree["speedup"]
+
+
+def test_vllm_v1_ragged_steps_price_the_lm_head_at_logit_positions():
+    """vLLM computes logits at each request's last scheduled token and at every position of a verification
+    (logits_indices), none for a prefill chunk's other tokens: the LM head GEMM is priced over those positions,
+    the rest of the non-attention ops over all the step's tokens (8B on H100: the head over 2048 tokens is ~6% of
+    the step)."""
+    import numpy as np
+
+    cm = _target("h100-sxm", "llama-3.1-8b")
+    rp, k = cm.ragged_pricer(), cm.kernels
+
+    def head(x):
+        return sum(e[1] for e in k.h.evaluate_generation_ops(k.logits_idx, batch_size=1, s=2, x=x)) * 1e-3
+
+    chunk, _, _ = rp.price(np.array([2048]), np.array([0]))  # default: one logit per request
+    every, _, _ = rp.price(np.array([2048]), np.array([0]), np.array([2048]))
+    assert every - chunk == pytest.approx(head(2048) - head(1), rel=1e-9)
+    assert every - chunk > 0.04 * every
+    verify = rp.price(np.full(4, 4), np.full(4, 512), np.full(4, 4))[0]  # every verified position: the head at 16
+    assert verify > rp.price(np.full(4, 4), np.full(4, 512))[0]
+    for bad in (np.array([9]), np.array([0])):
+        with pytest.raises(ConfigError, match="logits"):
+            rp.price(np.array([8]), np.array([0]), bad)

@@ -21,7 +21,9 @@ mapping of a specsim pass (batch B, new positions per sequence P, cached context
   for such short queries: for a few query rows over a long cache it falls below the time to read that cache once.
 - Prefill (a prompt of S tokens): the compiled context op list at (B, S) = its `predict_prefill_latency`.
 - A ragged step (the vllm-v1 engine profile: decodes, verifications and prefill chunks together): the non-attention
-  ops at the step's tokens, decode attention over the short rows, the context-attention table per prefill chunk
+  ops at the step's tokens but the LM head (`logits_gemm`) at the positions whose logits the step computes — one
+  per request, every position of a verification (vLLM's logits_indices; a prefill chunk's other tokens get none)
+  — decode attention over the short rows, the context-attention table per prefill chunk
   (`measured_stack.RaggedPricer`).
 
 Models: a specsim profile whose shape equals a config aiconfigurator-core ships (Llama-3.1-8B/70B, Qwen3-30B-A3B,
@@ -224,6 +226,9 @@ class KernelPricer:
         self.gen_names = names
         self.attn_idx = [i for i, n in enumerate(names) if part_of(n) == "attention"]
         self.rest_idx = [i for i, n in enumerate(names) if part_of(n) != "attention"]
+        # the LM head over the positions whose logits a ragged step computes, the rest over all its tokens
+        self.logits_idx = [i for i in self.rest_idx if "logits" in names[i].lower()]
+        self.body_idx = [i for i in self.rest_idx if i not in self.logits_idx]
         self.all_idx = list(range(len(names)))
         ctx_names = [o[0] for o in self.h.run_static_per_op(batch_size=1, isl=2, osl=2)[0]]
         self.n_ctx = len(ctx_names)
@@ -270,14 +275,18 @@ class KernelPricer:
 
     # --- ragged steps (the vllm-v1 engine profile: decodes, verifications and prefill chunks in one step) ------
     @lru_cache(maxsize=1 << 14)  # noqa: B019 - per-process pricer (`pricer`)
-    def tokens_rest_s(self, rows: int, tokens: int) -> float:
-        """Every op but attention over a step of `tokens` tokens from `rows` requests (the table as it is)."""
-        return sum(self.raw_rest_tokens(rows, tokens).values())
+    def tokens_rest_s(self, rows: int, tokens: int, logits: int | None = None) -> float:
+        """Every op but attention over a step of `tokens` tokens from `rows` requests (the table as it is), the LM
+        head over the `logits` positions whose logits the step computes (default: one per request)."""
+        return sum(self.raw_rest_tokens(rows, tokens, logits).values())
 
-    def raw_rest_tokens(self, rows: int, tokens: int) -> dict:
+    def raw_rest_tokens(self, rows: int, tokens: int, logits: int | None = None) -> dict:
         out = dict.fromkeys(PARTS, 0.0)
         if self.layers:
-            self._fold(self.h.evaluate_generation_ops(self.rest_idx, batch_size=rows, s=2, x=tokens), out)
+            self._fold(self.h.evaluate_generation_ops(self.body_idx, batch_size=rows, s=2, x=tokens), out)
+            if self.logits_idx:
+                self._fold(self.h.evaluate_generation_ops(self.logits_idx, batch_size=rows, s=2,
+                                                          x=rows if logits is None else logits), out)
         if self.extra_json is not None:
             self._fold(self.h.evaluate_ops_json(self.extra_json, is_context=False, batch_size=rows, s=2, x=tokens),
                        out)

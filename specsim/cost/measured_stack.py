@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from specsim.cost import kernels_db as kd
 from specsim.cost.roofline import CostModel, PassCost
+from specsim.errors import ConfigError
 from specsim.profiles.schema import IDEAL_STACK, HardwareProfile, StackProfile
 
 # our choice: the context of the calibration steps — MT-Bench prompts (~100 tokens with Llama 3's chat template)
@@ -199,7 +200,9 @@ KV_BUCKET = 16  # decode attention priced at the batch's mean KV length rounded 
 
 
 class RaggedPricer:
-    """`price(new, ctx)` of one vllm-v1 step on a measured stack: every op but attention at the step's T tokens;
+    """`price(new, ctx, logits)` of one vllm-v1 step on a measured stack: every op but attention at the step's T
+    tokens, the LM head at its logit positions (default one per request: vLLM computes no logits for a prefill
+    chunk's other tokens);
     attention = the decode kernel over the decode / verification rows at their mean KV length + the
     context-attention table per prefill chunk; plus the engine's own term once per step. Bytes and FLOPs: the
     ideal roofline's ragged pricer (`specsim.cost.ragged.RooflinePricer`), for MBU / MFU."""
@@ -216,7 +219,12 @@ class RaggedPricer:
         if not rows:
             return 0.0, 0.0, 0.0
         tokens = sum(n for n, _ in rows)
-        t = self.k.tokens_rest_s(len(rows), tokens) + self.cm.pass_s
+        P = len(rows) if logits is None else int(sum(int(p) for p, n in zip(logits, new) if n > 0))
+        if not len(rows) <= P <= tokens:
+            raise ConfigError("a step computes logits at 1 to all of each request's scheduled tokens",
+                              field="tokens/requests/positions", value=f"{tokens}/{len(rows)}/{P}",
+                              allowed="1 <= requests <= positions <= tokens")
+        t = self.k.tokens_rest_s(len(rows), tokens, P) + self.cm.pass_s
         short = [c + n for n, c in rows if n <= CHUNK_MIN_TOKENS]
         if short:
             mean = sum(short) / len(short)
