@@ -136,7 +136,7 @@ def test_by_shape_model_prices_like_the_shipped_config():
                                              ("a100-80gb", "vllm@0.24.0", "is not measured on a100_sxm")])
 def test_refusals_are_one_line(hw, stack, needle):
     with pytest.raises(ConfigError) as e:
-        Deployment.resolve(hw, "llama-3.1-8b", stack=stack).cost_models
+        _ = Deployment.resolve(hw, "llama-3.1-8b", stack=stack).cost_models
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
@@ -150,7 +150,7 @@ def test_cli_refusal_exits_2_with_one_line():
 
 def test_unpriceable_model_refused():
     with pytest.raises(ConfigError) as e:
-        Deployment.resolve("h100-sxm", "t5-v1_1-small", stack="vllm").cost_models
+        _ = Deployment.resolve("h100-sxm", "t5-v1_1-small", stack="vllm").cost_models
     assert "Llama-like decoders" in str(e.value)
 
 
