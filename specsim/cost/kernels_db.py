@@ -284,13 +284,18 @@ class KernelPricer:
         out = dict.fromkeys(PARTS, 0.0)
         if self.layers:
             self._fold(self.h.evaluate_generation_ops(self.body_idx, batch_size=rows, s=2, x=tokens), out)
-            if self.logits_idx:
-                self._fold(self.h.evaluate_generation_ops(self.logits_idx, batch_size=rows, s=2,
-                                                          x=rows if logits is None else logits), out)
+            self._fold(self._head(rows, rows if logits is None else logits), out)
         if self.extra_json is not None:
             self._fold(self.h.evaluate_ops_json(self.extra_json, is_context=False, batch_size=rows, s=2, x=tokens),
                        out)
         return out
+
+    @lru_cache(maxsize=1 << 14)  # noqa: B019 - per-process pricer (`pricer`); a step's head recurs across steps
+    def _head(self, rows: int, logits: int) -> tuple:
+        """The LM head's op entries over `logits` positions (none when the op list has no head)."""
+        if not self.logits_idx:
+            return ()
+        return tuple(self.h.evaluate_generation_ops(self.logits_idx, batch_size=rows, s=2, x=logits))
 
     @lru_cache(maxsize=1 << 16)  # noqa: B019
     def decode_attention_s(self, rows: int, kv_len: int) -> float:
