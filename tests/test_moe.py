@@ -194,7 +194,8 @@ def test_hf_deepseek_without_a_query_bottleneck_projects_queries_in_full(tmp_pat
     cfg = json.loads((FIXTURES / "hf_deepseek_v3_config.json").read_text())
     cfg.update(model_type="deepseek_v2", q_lora_rank=None)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    lite, v3 = ModelProfile.from_hf_config(tmp_path), ModelProfile.from_hf_config(FIXTURES / "hf_deepseek_v3_config.json")
+    lite = ModelProfile.from_hf_config(tmp_path)
+    v3 = ModelProfile.from_hf_config(FIXTURES / "hf_deepseek_v3_config.json")
     assert lite.q_lora_rank is None
     bottleneck = 7168 * 1536 + 1536 + 1536 * 128 * 192
     assert lite.self_attention_params - v3.self_attention_params == 7168 * 128 * 192 - bottleneck
@@ -292,7 +293,8 @@ def test_kv_dtype_sets_the_cache_bytes_and_nothing_else():
     w8_kv16 = ModelProfile(**dict(base, dtype="int8", kv_dtype="bf16"))
     assert w8_kv16.kv_bytes_per_token == 2 * w8.kv_bytes_per_token
     assert w8_kv16.weight_bytes == w8.weight_bytes
-    assert ModelProfile(**dict(base, kv_dtype="bf16")).kv_bytes_per_token == prof.model("llama-3.1-8b").kv_bytes_per_token
+    assert ModelProfile(**dict(base, kv_dtype="bf16")).kv_bytes_per_token == \
+        prof.model("llama-3.1-8b").kv_bytes_per_token
 
 
 @pytest.mark.parametrize("line", ['kv_dtype = "fp7"', "kv_dtype = 2", "kv_dtype = true"])

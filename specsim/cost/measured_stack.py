@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specsim.cost import kernels_db as kd
+from specsim.cost.ragged import check_logit_positions
 from specsim.cost.roofline import CostModel, PassCost
-from specsim.errors import ConfigError
 from specsim.profiles.schema import IDEAL_STACK, HardwareProfile, StackProfile
 
 # our choice: the context of the calibration steps — MT-Bench prompts (~100 tokens with Llama 3's chat template)
@@ -220,10 +220,7 @@ class RaggedPricer:
             return 0.0, 0.0, 0.0
         tokens = sum(n for n, _ in rows)
         P = len(rows) if logits is None else int(sum(int(p) for p, n in zip(logits, new) if n > 0))
-        if not len(rows) <= P <= tokens:
-            raise ConfigError("a step computes logits at 1 to all of each request's scheduled tokens",
-                              field="tokens/requests/positions", value=f"{tokens}/{len(rows)}/{P}",
-                              allowed="1 <= requests <= positions <= tokens")
+        check_logit_positions(tokens, len(rows), P)
         t = self.k.tokens_rest_s(len(rows), tokens, P) + self.cm.pass_s
         short = [c + n for n, c in rows if n <= CHUNK_MIN_TOKENS]
         if short:

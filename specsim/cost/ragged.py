@@ -27,6 +27,16 @@ from specsim.errors import ConfigError
 from specsim.inputs.tables import rising
 
 
+def check_logit_positions(tokens: float, requests: int, positions: int, where: str | None = None) -> None:
+    """The rule every ragged pricer holds a step's logit positions to (vLLM's logits_indices: one per request at
+    least, every scheduled token at most); one line naming the counts otherwise."""
+    if requests < 1 or tokens < requests or not requests <= positions <= tokens:
+        raise ConfigError("a step has at least one request and one token per request, and computes logits at one "
+                          "position per request at least and at no more positions than tokens", file=where,
+                          field="tokens/requests/positions", value=f"{tokens}/{requests}/{positions}",
+                          allowed="1 <= requests <= positions <= tokens")
+
+
 class RooflinePricer:
     def __init__(self, cm: CostModel):
         self.cm = cm

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specsim.cost.ragged import check_logit_positions
 from specsim.errors import ConfigError
 from specsim.validation.step_fit import FittedStepTable, StepSamples, Unmeasured, fit_step_table, step_kv
 
@@ -120,11 +121,7 @@ class RequestStepTable:
         `unmeasured` unless count=False. The families' own counters are never touched: the step is counted once,
         here."""
         P = R if positions is None else positions
-        if R < 1 or T < R or not R <= P <= T:
-            raise ConfigError("a step has at least one request, one token and one logit position per request, "
-                              "and no more logit positions than tokens", file=self.where,
-                              field="tokens/requests/positions", value=f"{T}/{R}/{P}",
-                              allowed="1 <= requests <= positions <= tokens")
+        check_logit_positions(T, R, P, self.where)
         P = R if self.logits == "last" else P
         if count:
             self._count(T, P)
