@@ -12,7 +12,11 @@ fit of record (requests, as measured, pooled x block host factor, attended KV, l
 experiments/vllm_predict.py prices it. Prints per k the medians over (block, request) of the measured and priced
 plain step, speculative step and their difference; then whether taking steps in turn with the other engine
 (lockstep) costs a plain step anything, against the same run's steps taken alone after its partner ended, and
-whether a request's first prefill chunk costs more than its next in the calibration.
+whether a request's first prefill chunk costs more than its next in the calibration. Since session 22 also: the c1
+prefill steps by their order in the run (the first follows the harness's touch, the second the first request's last
+decode), the calibration's last chunk of a request (the one that yields its first token) against the chunk before,
+and every plain grid point's one-request prefills and decodes, measured / priced: whether the excess is the
+prefill's alone or the grid's steps at large.
 """
 
 from __future__ import annotations
@@ -74,6 +78,57 @@ def alternation(runs: list[dict]) -> list[float]:
     return out
 
 
+def by_order(runs: list[dict]) -> dict:
+    """c1 runs (plain and speculative): measured / priced of each pure prefill step by its order in the run."""
+    tables, one, out = va.tables_by_block(runs, FIT), np.ones(1, np.int64), defaultdict(list)
+    for r in runs:
+        if r["_file"].split("__")[1] != "c1" or r["mode"].startswith("cal"):
+            continue
+        k, (tt, td) = r["cfg"]["k"] if r["mode"] != "plain" else 0, tables[r.get("block")]
+        for j, s in enumerate(prefills(r)):
+            T, z = np.array([s["ctx_tokens"]], np.int64), np.zeros(1, np.int64)
+            p = tt.price(T, z, one)[0]
+            if k:
+                p += td.price(T, z)[0] + sum(td.price(one, T + i)[0] for i in range(k - 1))
+            out[("plain" if not k else "speculative", j)].append(s["time_s"] / p)
+    return out
+
+
+def last_chunks(runs: list[dict], model: str) -> tuple[list[float], list[float]]:
+    """Calibration runs whose last three prefill chunks have one size: the last (it yields the request's first
+    token) over the one before, beside the one before over the one before that (the same comparison without it)."""
+    last, before = [], []
+    for r in va.calibration_runs(runs, model):
+        pre = prefills(r)
+        if len(pre) >= 3 and pre[-1]["ctx_tokens"] == pre[-2]["ctx_tokens"] == pre[-3]["ctx_tokens"]:
+            last.append(pre[-1]["time_s"] / pre[-2]["time_s"])
+            before.append(pre[-2]["time_s"] / pre[-3]["time_s"])
+    return last, before
+
+
+def grid_steps(runs: list[dict]) -> dict:
+    """Every plain grid run: the median over its one-request prefills and over its one-request decodes of measured
+    / priced, per point (is the grid dearer than its calibration in prefills only, or in every step?)."""
+    tables, one, out = va.tables_by_block(runs, FIT), np.ones(1, np.int64), defaultdict(list)
+    for r in runs:
+        if r["mode"] != "plain":
+            continue
+        tt, kind = tables[r.get("block")][0], defaultdict(list)
+        for s in r["steps"]:
+            if s["ctx_requests"] + s["gen_requests"] != 1:
+                continue
+            new = s["ctx_tokens"] if s["ctx_requests"] else s["gen_tokens"]
+            p = tt.price(np.array([new], np.int64), np.array([s["kv_ctx_tokens"]], np.int64), one)[0]
+            kind["prefill" if s["ctx_requests"] else "decode"].append(s["time_s"] / p)
+        for key, v in kind.items():
+            out[(r["_file"].split("__")[1], key)].append(float(np.median(v)))
+    return out
+
+
+def _q(v: list[float]) -> str:
+    return f"{np.median(v):.3f} [p10 {np.percentile(v, 10):.3f}, p90 {np.percentile(v, 90):.3f}] over {len(v)}"
+
+
 def first_chunks(runs: list[dict], model: str) -> list[float]:
     """Calibration (cal-chunk runs of one model alone): a request's first prefill chunk (nothing cached) over its
     second of the same size: a cost of starting a request would make it > 1."""
@@ -112,6 +167,14 @@ def main() -> None:
         fc = first_chunks(runs, model)
         print(f"{model} alone, a request's first prefill chunk / its second of the same size: median "
               f"{np.median(fc):.3f} over {len(fc)} requests")
+    for (mode, j), v in sorted(by_order(runs).items()):
+        print(f"c1 {mode} prefill #{j + 1} of its run, measured / priced: {_q(v)} runs")
+    for model in ("target", "draft"):
+        last, before = last_chunks(runs, model)
+        print(f"{model} alone, a request's last prefill chunk / the one before (same size): {_q(last)} requests; the "
+              f"one before / the one before it: {_q(before)}")
+    for (point, kind), v in sorted(grid_steps(runs).items()):
+        print(f"plain {point}, one-request {kind} steps, measured / priced (median per run): {_q(v)} runs")
     alt = alternation(runs)
     print(f"plain c1 decode steps taken in turn with the speculative run's / taken alone after it: median "
           f"{np.median(alt):.3f} [p10 {np.percentile(alt, 10):.3f}, p90 {np.percentile(alt, 90):.3f}] over "

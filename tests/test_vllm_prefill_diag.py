@@ -1,0 +1,52 @@
+"""experiments/vllm_prefill_probe.py and vllm_prefill_excess.py: the two diagnoses of the grid's prefill steps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+probe = pytest.importorskip("vllm_prefill_probe")
+excess = pytest.importorskip("vllm_prefill_excess")
+
+
+def _pre(t: float, n: int = 18, kv: int = 0) -> dict:
+    return {"ctx_requests": 1, "gen_requests": 0, "ctx_tokens": n, "gen_tokens": 0, "kv_ctx_tokens": kv, "time_s": t}
+
+
+def _dec(t: float) -> dict:
+    return {"ctx_requests": 0, "gen_requests": 1, "ctx_tokens": 0, "gen_tokens": 1, "kv_ctx_tokens": 18, "time_s": t}
+
+
+def _run(how: str, pre: list[float], dec: list[float], repeat: int = 0) -> dict:
+    steps = [s for p, d in zip(pre, dec) for s in (_pre(p), _dec(d))]
+    return {"mode": "plain", "_how": how, "repeat": repeat, "steps": steps}
+
+
+def test_probe_pairs_each_prefill_with_the_same_requests_on_the_wall_clock():
+    runs = [_run("wall", [.2, .4], [.1, .1]), _run("lockstep", [.22, .44], [.12, .12]),
+            _run("stepped", [.2, .4], [.1, .1])]
+    lines = probe.summarize(runs)
+    assert "plain prefill, lockstep / wall (per request): 1.100" in "\n".join(lines)
+    assert "plain prefill, stepped / wall (per request): 1.000" in "\n".join(lines)
+    assert "plain decode, lockstep / wall (per repeat): 1.200" in "\n".join(lines)
+
+
+def test_probe_leaves_out_a_run_whose_prefills_do_not_pair():
+    runs = [_run("wall", [.2, .4], [.1, .1]), _run("lockstep", [.3], [.1])]  # one request short: not paired
+    assert not any("prefill, lockstep / wall" in x for x in probe.summarize(runs))
+
+
+def test_probe_counts_only_one_request_steps():
+    run = {"steps": [_pre(.2), _dec(.1), dict(_pre(.5), gen_requests=1, gen_tokens=1)]}  # a mixed step: neither
+    assert probe.steps_of(run, True) == [.2] and probe.steps_of(run, False) == [.1]
+
+
+def test_last_chunk_is_compared_only_where_the_last_three_chunks_have_one_size():
+    cal = {"mode": "cal-target", "point": "cal-chunk12", "block": "b", "_file": "x", "cfg": {"k": 0},
+           "steps": [_pre(.30, 12, 0), _pre(.20, 12, 12), _pre(.25, 12, 24), _dec(.1)]}
+    odd = dict(cal, steps=[_pre(.30, 12, 0), _pre(.20, 8, 12), _pre(.25, 12, 20)])
+    last, before = excess.last_chunks([cal, odd], "target")
+    assert last == pytest.approx([1.25]) and before == pytest.approx([0.2 / 0.3])
