@@ -125,6 +125,22 @@ def grid_steps(runs: list[dict]) -> dict:
     return out
 
 
+def same_size(runs: list[dict], sizes=(17, 19)) -> dict:
+    """Per block, the plain grid runs' one-request prefills of a size over the target calibration's chunks of that
+    size (medians, no table between them): where the grid's prompts and the calibration's chunks meet."""
+    g: dict = defaultdict(list)
+    for r in runs:
+        kind = "grid" if r["mode"] == "plain" else "cal" if r in va.calibration_runs([r], "target") else None
+        for s in prefills(r) if kind else []:
+            if s["ctx_tokens"] in sizes:
+                g[(r.get("block"), kind, s["ctx_tokens"])].append(s["time_s"])
+    out = defaultdict(list)
+    for (b, kind, n), v in g.items():
+        if kind == "grid" and g.get((b, "cal", n)):
+            out[n].append(float(np.median(v) / np.median(g[(b, "cal", n)])))
+    return out
+
+
 def _q(v: list[float]) -> str:
     return f"{np.median(v):.3f} [p10 {np.percentile(v, 10):.3f}, p90 {np.percentile(v, 90):.3f}] over {len(v)}"
 
@@ -175,6 +191,8 @@ def main() -> None:
               f"one before / the one before it: {_q(before)}")
     for (point, kind), v in sorted(grid_steps(runs).items()):
         print(f"plain {point}, one-request {kind} steps, measured / priced (median per run): {_q(v)} runs")
+    for n, v in sorted(same_size(runs).items()):
+        print(f"plain grid prefills of {n} tokens / the target calibration's chunks of {n}, same block: {_q(v)} blocks")
     alt = alternation(runs)
     print(f"plain c1 decode steps taken in turn with the speculative run's / taken alone after it: median "
           f"{np.median(alt):.3f} [p10 {np.percentile(alt, 10):.3f}, p90 {np.percentile(alt, 90):.3f}] over "

@@ -14,6 +14,11 @@ prompt, then one decode) — three ways, order rotated over repeats: `wall` (eac
 clock, as the calibration runs), `stepped` (each alone, one engine step per command on a busy clock), `lockstep`
 (both in turns, as the grid runs). Paired by (repeat, request): the prefill step in `stepped` and `lockstep` over the
 same prompt's in `wall`. Writes the runs and summary.txt.
+
+`--vs-chunks` (the question the first probe left): the target alone, on the wall clock, alternates the same short
+requests with the calibration's kind of run — two prompts joined, the budget lowered to 19 tokens, so each request is
+a 19-token first chunk (nothing cached) and a last chunk of about 17 (19 cached) — and compares prefill steps of one
+size (medians per repeat, grid-like over chunk). Writes runs and summary_chunks.txt.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import vllm_blocks as vb  # noqa: E402
 
 HOWS = ("wall", "stepped", "lockstep")
 POINT = {"point": "pf", "concurrency": 1, "requests": 24, "output_len": 2}
+CHUNK = {"point": "chunk19", "concurrency": 1, "requests": 24, "output_len": 2, "concat": 2, "budget": 19}
 
 
 def one_repeat(r: int, engines: list, out: Path) -> list[str]:
@@ -87,18 +93,66 @@ def summarize(runs: list[dict]) -> list[str]:
     return out
 
 
+def chunk_repeats(P, repeats: int, out: Path) -> list[str]:
+    """`--vs-chunks`: the grid-like point and the chunked one, alternating (ABBA), each on the wall clock."""
+    files = []
+    for r in range(repeats):
+        for pt in ((POINT, CHUNK) if r % 2 == 0 else (CHUNK, POINT)):
+            f = str(out / "runs" / f"plain__{pt['point']}__r{r}.json")
+            P.ask({"op": "run", "mode": "plain", "point": pt, "repeat": r, "block": pt["point"], "file": f})
+            files.append(f)
+        print(f"repeat {r} done", flush=True)
+    return files
+
+
+def summarize_chunks(runs: list[dict]) -> list[str]:
+    """One-request prefill steps by (tokens, cached tokens), grid-like against chunked: medians, and per repeat the
+    ratio of medians at the sizes both have."""
+    med: dict = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        for s in r["steps"]:
+            if s["ctx_requests"] == 1 and not s["gen_requests"]:
+                med[(r["point"], s["ctx_tokens"], s["kv_ctx_tokens"] > 0)][r["repeat"]].append(s["time_s"])
+    out = []
+    for (pt, n, cached), by_rep in sorted(med.items()):
+        v = [t for ts in by_rep.values() for t in ts]
+        out.append(f"{pt} prefill of {n} tokens, {'after cached tokens' if cached else 'nothing cached'}: "
+                   f"{np.median(v):.4f} s (n {len(v)})")
+    for n in sorted({n for (pt, n, _) in med if pt == "pf"}):
+        for cached in (False, True):
+            a, b = med.get(("pf", n, False)), med.get(("chunk19", n, cached))
+            if not a or not b:
+                continue
+            rs = [float(np.median(a[r]) / np.median(b[r])) for r in a if r in b]
+            if rs:
+                out.append(f"  {n} tokens: grid-like / chunk ({'cached' if cached else 'nothing cached'}), per repeat: "
+                           f"{_q(rs)}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--vllm-python", default="/work/vllm-env/venv/bin/python")
+    ap.add_argument("--vs-chunks", action="store_true", help="the target alone: short requests against the "
+                    "calibration's chunked prefills (summary_chunks.txt)")
     a = ap.parse_args()
     if a.repeats < 1 or a.k < 1:
         raise SystemExit(f"vllm_prefill_probe: --repeats {a.repeats}, --k {a.k}: both must be at least 1")
     (a.out / "runs").mkdir(parents=True, exist_ok=True)
     mode = f"draft-k{a.k}"
     P = vb.Engine(a, a.out, "P", ["plain"], "plain")
+    if a.vs_chunks:
+        try:
+            files = chunk_repeats(P, a.repeats, a.out)
+        finally:
+            P.close()
+        lines = summarize_chunks([json.loads(Path(f).read_text()) for f in files])
+        (a.out / "summary_chunks.txt").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     S = vb.Engine(a, a.out, "S", [mode], mode)
     files = []
     try:

@@ -50,3 +50,21 @@ def test_last_chunk_is_compared_only_where_the_last_three_chunks_have_one_size()
     odd = dict(cal, steps=[_pre(.30, 12, 0), _pre(.20, 8, 12), _pre(.25, 12, 20)])
     last, before = excess.last_chunks([cal, odd], "target")
     assert last == pytest.approx([1.25]) and before == pytest.approx([0.2 / 0.3])
+
+
+def test_vs_chunks_compares_prefills_of_one_size_per_repeat():
+    runs = [{"point": "pf", "repeat": r, "steps": [_pre(.21, 19), _dec(.1), _pre(.19, 17)]} for r in (0, 1)]
+    runs += [{"point": "chunk19", "repeat": r, "steps": [_pre(.20, 19), _pre(.19, 17, 19), _dec(.1)]} for r in (0, 1)]
+    out = "\n".join(probe.summarize_chunks(runs))
+    assert "19 tokens: grid-like / chunk (nothing cached), per repeat: 1.050" in out
+    assert "17 tokens: grid-like / chunk (cached), per repeat: 1.000" in out
+    assert "17 tokens: grid-like / chunk (nothing cached)" not in out  # no such chunk: nothing to compare
+
+
+def test_same_size_meets_grid_prefills_and_calibration_chunks_within_a_block():
+    grid = {"mode": "plain", "block": "b", "steps": [_pre(.21, 19), _dec(.1), _pre(.30, 26)]}
+    cal = {"mode": "cal-target", "point": "cal-chunk19", "block": "b", "_file": "x",
+           "steps": [_pre(.20, 19), _pre(.19, 17, 19)]}
+    other = dict(cal, block="c", steps=[_pre(.10, 19)])  # another block's chunk: never compared with b's grid
+    out = excess.same_size([grid, cal, other])
+    assert list(out) == [19] and out[19] == pytest.approx([1.05])
