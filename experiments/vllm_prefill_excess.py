@@ -141,6 +141,25 @@ def same_size(runs: list[dict], sizes=(17, 19)) -> dict:
     return out
 
 
+def full_budget(runs: list[dict], model: str) -> list[float]:
+    """Per block, the calibration's one-request prefills at the full token budget (the decode points' prompts) over
+    what the same block's lowered-budget chunks on either side of that size interpolate (medians): does lowering
+    the budget to measure chunks change what a chunk costs?"""
+    g: dict = defaultdict(list)
+    for r in va.calibration_runs(runs, model):
+        full = r["cfg"].get("max_num_batched_tokens", 0) >= 2048
+        for s in prefills(r):
+            g[(r.get("block"), full, s["ctx_tokens"])].append(s["time_s"])
+    out = []
+    for (b, full, n), v in sorted(g.items(), key=str):
+        lo = max((m for (bb, f, m) in g if bb == b and not f and m < n), default=None)
+        hi = min((m for (bb, f, m) in g if bb == b and not f and m > n), default=None)
+        if full and lo is not None and hi is not None:
+            tl, th = np.median(g[(b, False, lo)]), np.median(g[(b, False, hi)])
+            out.append(float(np.median(v) / (tl + (th - tl) * (n - lo) / (hi - lo))))
+    return out
+
+
 def _q(v: list[float]) -> str:
     return f"{np.median(v):.3f} [p10 {np.percentile(v, 10):.3f}, p90 {np.percentile(v, 90):.3f}] over {len(v)}"
 
@@ -191,6 +210,9 @@ def main() -> None:
               f"one before / the one before it: {_q(before)}")
     for (point, kind), v in sorted(grid_steps(runs).items()):
         print(f"plain {point}, one-request {kind} steps, measured / priced (median per run): {_q(v)} runs")
+    for model in ("target", "draft"):
+        print(f"{model} alone, a prefill at the full budget / the lowered-budget chunks around its size, same block: "
+              f"{_q(full_budget(runs, model))} (block, size)")
     for n, v in sorted(same_size(runs).items()):
         print(f"plain grid prefills of {n} tokens / the target calibration's chunks of {n}, same block: {_q(v)} blocks")
     alt = alternation(runs)

@@ -68,3 +68,12 @@ def test_same_size_meets_grid_prefills_and_calibration_chunks_within_a_block():
     other = dict(cal, block="c", steps=[_pre(.10, 19)])  # another block's chunk: never compared with b's grid
     out = excess.same_size([grid, cal, other])
     assert list(out) == [19] and out[19] == pytest.approx([1.05])
+
+
+def test_full_budget_prefill_is_set_against_the_chunks_around_its_size():
+    def cal(budget: int, steps: list[dict], block: str = "b") -> dict:
+        return {"mode": "cal-target", "point": "cal-x", "block": block, "_file": "x",
+                "cfg": {"max_num_batched_tokens": budget}, "steps": steps}
+    runs = [cal(64, [_pre(.60, 64)]), cal(80, [_pre(.76, 80)]), cal(2048, [_pre(.75, 75), _dec(.1)]),
+            cal(2048, [_pre(.9, 90)]), cal(2048, [_pre(.7, 75)], block="c")]  # 90: no chunk above; c: none at all
+    assert excess.full_budget(runs, "target") == pytest.approx([.75 / .71])
