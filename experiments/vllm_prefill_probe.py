@@ -19,6 +19,11 @@ same prompt's in `wall`. Writes the runs and summary.txt.
 requests with the calibration's kind of run — two prompts joined, the budget lowered to 19 tokens, so each request is
 a 19-token first chunk (nothing cached) and a last chunk of about 17 (19 cached) — and compares prefill steps of one
 size (medians per repeat, grid-like over chunk). Writes runs and summary_chunks.txt.
+
+`--after-decodes`: the target alone, on the wall clock, alternates the short requests with the grid's c1 shape — the
+same first four prompts, each decoding 96 tokens — so a request's prefill follows either one decode step (short) or
+96 (long) of the request before; the first request follows the harness's touch in both (the control). Paired by
+(repeat, request): long over short. Writes runs and summary_after_decodes.txt.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import vllm_blocks as vb  # noqa: E402
 
 HOWS = ("wall", "stepped", "lockstep")
 POINT = {"point": "pf", "concurrency": 1, "requests": 24, "output_len": 2}
+LONG = {"point": "long", "concurrency": 1, "requests": 4, "output_len": 96}
 CHUNK = {"point": "chunk19", "concurrency": 1, "requests": 24, "output_len": 2, "concat": 2, "budget": 19}
 
 
@@ -93,11 +99,11 @@ def summarize(runs: list[dict]) -> list[str]:
     return out
 
 
-def chunk_repeats(P, repeats: int, out: Path) -> list[str]:
-    """`--vs-chunks`: the grid-like point and the chunked one, alternating (ABBA), each on the wall clock."""
+def alternate(P, other: dict, repeats: int, out: Path) -> list[str]:
+    """The short requests and `other`, alternating (ABBA), each on the wall clock."""
     files = []
     for r in range(repeats):
-        for pt in ((POINT, CHUNK) if r % 2 == 0 else (CHUNK, POINT)):
+        for pt in ((POINT, other) if r % 2 == 0 else (other, POINT)):
             f = str(out / "runs" / f"plain__{pt['point']}__r{r}.json")
             P.ask({"op": "run", "mode": "plain", "point": pt, "repeat": r, "block": pt["point"], "file": f})
             files.append(f)
@@ -130,6 +136,19 @@ def summarize_chunks(runs: list[dict]) -> list[str]:
     return out
 
 
+def summarize_after_decodes(runs: list[dict]) -> list[str]:
+    """Per request index (< LONG's requests), the long run's prefill over the short run's, same repeat and prompt."""
+    by = {(r["point"], r["repeat"]): steps_of(r, True) for r in runs}
+    ratio: dict = defaultdict(list)
+    for (pt, rep), pre in by.items():
+        short = by.get(("pf", rep))
+        if pt == "long" and short:
+            for i, (a, b) in enumerate(zip(pre, short)):
+                key = "first request (after the touch in both)" if i == 0 else "later requests (after 96 decodes / 1)"
+                ratio[key].append(a / b)
+    return [f"long / short prefill, {k}: {_q(v)} pairs" for k, v in sorted(ratio.items())]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -138,19 +157,23 @@ def main() -> None:
     ap.add_argument("--vllm-python", default="/work/vllm-env/venv/bin/python")
     ap.add_argument("--vs-chunks", action="store_true", help="the target alone: short requests against the "
                     "calibration's chunked prefills (summary_chunks.txt)")
+    ap.add_argument("--after-decodes", action="store_true", help="the target alone: a prefill after 96 decodes "
+                    "against one after a single decode (summary_after_decodes.txt)")
     a = ap.parse_args()
     if a.repeats < 1 or a.k < 1:
         raise SystemExit(f"vllm_prefill_probe: --repeats {a.repeats}, --k {a.k}: both must be at least 1")
     (a.out / "runs").mkdir(parents=True, exist_ok=True)
     mode = f"draft-k{a.k}"
     P = vb.Engine(a, a.out, "P", ["plain"], "plain")
-    if a.vs_chunks:
+    if a.vs_chunks or a.after_decodes:
         try:
-            files = chunk_repeats(P, a.repeats, a.out)
+            files = alternate(P, CHUNK if a.vs_chunks else LONG, a.repeats, a.out)
         finally:
             P.close()
-        lines = summarize_chunks([json.loads(Path(f).read_text()) for f in files])
-        (a.out / "summary_chunks.txt").write_text("\n".join(lines) + "\n")
+        runs = [json.loads(Path(f).read_text()) for f in files]
+        lines = summarize_chunks(runs) if a.vs_chunks else summarize_after_decodes(runs)
+        name = "summary_chunks.txt" if a.vs_chunks else "summary_after_decodes.txt"
+        (a.out / name).write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
         return
     S = vb.Engine(a, a.out, "S", [mode], mode)

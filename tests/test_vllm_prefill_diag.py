@@ -77,3 +77,13 @@ def test_full_budget_prefill_is_set_against_the_chunks_around_its_size():
     runs = [cal(64, [_pre(.60, 64)]), cal(80, [_pre(.76, 80)]), cal(2048, [_pre(.75, 75), _dec(.1)]),
             cal(2048, [_pre(.9, 90)]), cal(2048, [_pre(.7, 75)], block="c")]  # 90: no chunk above; c: none at all
     assert excess.full_budget(runs, "target") == pytest.approx([.75 / .71])
+
+
+def test_after_decodes_pairs_each_request_of_the_long_run_with_the_short_runs_same_prompt():
+    short = {"point": "pf", "repeat": 0, "steps": [s for t in (.20, .20, .20, .20, .20) for s in (_pre(t), _dec(.1))]}
+    long_ = {"point": "long", "repeat": 0, "steps": [_pre(.20)] + [_dec(.1)] * 96 + [_pre(.22)] + [_dec(.1)] * 96}
+    other = dict(long_, repeat=1)  # no short run in repeat 1: nothing to pair with
+    out = probe.summarize_after_decodes([short, long_, other])
+    assert out == ["long / short prefill, first request (after the touch in both): 1.000 [p10 1.000, p90 1.000, n 1] "
+                   "pairs", "long / short prefill, later requests (after 96 decodes / 1): 1.100 [p10 1.100, p90 "
+                   "1.100, n 1] pairs"]
