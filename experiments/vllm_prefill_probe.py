@@ -160,8 +160,10 @@ def main() -> None:
     ap.add_argument("--after-decodes", action="store_true", help="the target alone: a prefill after 96 decodes "
                     "against one after a single decode (summary_after_decodes.txt)")
     a = ap.parse_args()
+    if a.vs_chunks and a.after_decodes:
+        ap.error("--vs-chunks and --after-decodes are two probes: run one at a time")
     if a.repeats < 1 or a.k < 1:
-        raise SystemExit(f"vllm_prefill_probe: --repeats {a.repeats}, --k {a.k}: both must be at least 1")
+        ap.error(f"--repeats {a.repeats}, --k {a.k}: both must be at least 1")  # one line, exit 2
     (a.out / "runs").mkdir(parents=True, exist_ok=True)
     mode = f"draft-k{a.k}"
     P = vb.Engine(a, a.out, "P", ["plain"], "plain")

@@ -87,3 +87,12 @@ def test_after_decodes_pairs_each_request_of_the_long_run_with_the_short_runs_sa
     assert out == ["long / short prefill, first request (after the touch in both): 1.000 [p10 1.000, p90 1.000, n 1] "
                    "pairs", "long / short prefill, later requests (after 96 decodes / 1): 1.100 [p10 1.100, p90 "
                    "1.100, n 1] pairs"]
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--k", "0"], ["--vs-chunks", "--after-decodes"]])
+def test_probe_refuses_bad_arguments_before_starting_an_engine(argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["vllm_prefill_probe.py", "--out", str(tmp_path / "o"), *argv])
+    with pytest.raises(SystemExit) as e:
+        probe.main()
+    assert e.value.code == 2 and "error:" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
