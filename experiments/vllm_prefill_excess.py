@@ -15,8 +15,10 @@ plain step, speculative step and their difference; then whether taking steps in 
 whether a request's first prefill chunk costs more than its next in the calibration. Since session 22 also: the c1
 prefill steps by their order in the run (the first follows the harness's touch, the second the first request's last
 decode), the calibration's last chunk of a request (the one that yields its first token) against the chunk before,
-and every plain grid point's one-request prefills and decodes, measured / priced: whether the excess is the
-prefill's alone or the grid's steps at large.
+every plain grid point's one-request prefills and decodes, measured / priced (whether the excess is the
+prefill's alone or the grid's steps at large), the calibration's full-budget prefills against the lowered-budget
+chunks around them, and the grid's 17- and 19-token prefills against the calibration's chunks of those sizes in the
+same block, with no table between them.
 """
 
 from __future__ import annotations
@@ -78,9 +80,9 @@ def alternation(runs: list[dict]) -> list[float]:
     return out
 
 
-def by_order(runs: list[dict]) -> dict:
+def by_order(runs: list[dict], tables: dict) -> dict:
     """c1 runs (plain and speculative): measured / priced of each pure prefill step by its order in the run."""
-    tables, one, out = va.tables_by_block(runs, FIT), np.ones(1, np.int64), defaultdict(list)
+    one, out = np.ones(1, np.int64), defaultdict(list)
     for r in runs:
         if r["_file"].split("__")[1] != "c1" or r["mode"].startswith("cal"):
             continue
@@ -106,10 +108,10 @@ def last_chunks(runs: list[dict], model: str) -> tuple[list[float], list[float]]
     return last, before
 
 
-def grid_steps(runs: list[dict]) -> dict:
+def grid_steps(runs: list[dict], tables: dict) -> dict:
     """Every plain grid run: the median over its one-request prefills and over its one-request decodes of measured
     / priced, per point (is the grid dearer than its calibration in prefills only, or in every step?)."""
-    tables, one, out = va.tables_by_block(runs, FIT), np.ones(1, np.int64), defaultdict(list)
+    one, out = np.ones(1, np.int64), defaultdict(list)
     for r in runs:
         if r["mode"] != "plain":
             continue
@@ -202,13 +204,14 @@ def main() -> None:
         fc = first_chunks(runs, model)
         print(f"{model} alone, a request's first prefill chunk / its second of the same size: median "
               f"{np.median(fc):.3f} over {len(fc)} requests")
-    for (mode, j), v in sorted(by_order(runs).items()):
+    tables = va.tables_by_block(runs, FIT)
+    for (mode, j), v in sorted(by_order(runs, tables).items()):
         print(f"c1 {mode} prefill #{j + 1} of its run, measured / priced: {_q(v)} runs")
     for model in ("target", "draft"):
         last, before = last_chunks(runs, model)
         print(f"{model} alone, a request's last prefill chunk / the one before (same size): {_q(last)} requests; the "
               f"one before / the one before it: {_q(before)}")
-    for (point, kind), v in sorted(grid_steps(runs).items()):
+    for (point, kind), v in sorted(grid_steps(runs, tables).items()):
         print(f"plain {point}, one-request {kind} steps, measured / priced (median per run): {_q(v)} runs")
     for model in ("target", "draft"):
         print(f"{model} alone, a prefill at the full budget / the lowered-budget chunks around its size, same block: "
