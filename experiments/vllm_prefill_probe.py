@@ -9,7 +9,7 @@ plain one-request prefill steps cost 4-8% more than the tables price them at eve
 calibration, measured on the wall clock, a full-budget 75-token prefill costs what the lowered-budget chunks around it
 say (0.987 target, 0.975 draft, 51 blocks) and a request's first chunk what its second does (0.998). Here two
 resident engines (P: the target alone; S: draft model, k = 5), the campaign's layout, run the same point — c1, 24
-short requests (96-token prompts are not needed: each request's first step is a pure prefill of its 17-19-token
+short requests (96-token outputs are not needed: each request's first step is a pure prefill of its 15-27-token
 prompt, then one decode) — three ways, order rotated over repeats: `wall` (each engine's run alone on the wall
 clock, as the calibration runs), `stepped` (each alone, one engine step per command on a busy clock), `lockstep`
 (both in turns, as the grid runs). Paired by (repeat, request): the prefill step in `stepped` and `lockstep` over the
