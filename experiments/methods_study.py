@@ -153,7 +153,7 @@ def changed_prose(df: pd.DataFrame) -> str:
     best = [d[d.batch == 1].sort_values("speedup").setup.iloc[-1] for d in (cg[cg.part == "8B on 1xH100"],
                                                                                me[me.part == "8B on 1xH100"])]
     moved, early = [], []
-    for (part, setup), g in df.groupby(["part", "setup"], sort=False):
+    for (_part, setup), g in df.groupby(["part", "setup"], sort=False):
         a, m = (g[g["stack"] == st].sort_values("batch") for st in STACKS)
         t_a, t_m, e_m = (first_at_or_above(a, "speedup"), first_at_or_above(m, "speedup"),
                          first_at_or_above(m, "energy_ratio"))

@@ -162,7 +162,7 @@ def test_registry_entries_name_engine_code_only():
     from specsim import registry
 
     for table in (registry.POLICIES, registry.ENGINE_PROFILES):
-        for name, where in table.items():
+        for _name, where in table.items():
             module = where.partition(":")[0]
             assert unit(module) == "engine" and (ROOT.parent / (module.replace(".", "/") + ".py")).exists(), where
 

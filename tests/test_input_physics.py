@@ -26,7 +26,6 @@ from specsim.cost.measured import MeasuredCosts
 from specsim.cost.ragged import StepTable
 from specsim.errors import ConfigError
 from specsim.inputs.tables import RISE_TOLERANCE
-from specsim.methods import heads
 from specsim.methods.tree import parse_tree
 from specsim.methods.tree_config import tree_setup
 from specsim.setup.deployment import Deployment

@@ -60,7 +60,7 @@ def calibrate_power(
     if not mine:
         raise ConfigError(f"no row of {hw.name} (gpu column: {sorted({r.gpu for r in measured})})", file=path,
                           field="gpu", allowed=f"rows of {hw.name}, or --pool to fit every row")
-    parts = [in_row(path, i, lambda: row_parts(r)) for i, r in mine]
+    parts = [in_row(path, i, lambda r=r: row_parts(r)) for i, r in mine]
     mine = [r for _, r in mine]  # the rows alone from here on
     fit = fit_curve(parts)
     figures = fit.figures(hw.tdp_w, hw.idle_w)

@@ -74,8 +74,6 @@ def synth_cmd(
 
 def _synth_ranked(kind, alpha, topk_text, sequences, length, seed, out, json_out) -> None:
     """`--kind ranked`: a temperature-0 trace with ranks (`specsim.traces.synth.ranked`), for token trees."""
-    import json
-
     from specsim.traces import synth as trace_synth
     from specsim.traces.format import check_trace_out
 

@@ -204,7 +204,7 @@ def check_power_physics(rows: list, path) -> None:
     from specsim.profiles import loader
 
     for i, r in enumerate(rows):
-        hw = in_row(path, i + 1, lambda: loader.hardware(r.gpu))
+        hw = in_row(path, i + 1, lambda r=r: loader.hardware(r.gpu))
         if hw.tdp_w is None or hw.idle_w is None:
             continue  # row_parts refuses it, naming the profile
         lo, hi = IDLE_SLACK * hw.idle_w, TDP_SLACK * hw.tdp_w

@@ -258,7 +258,7 @@ def expand(groups: dict, flag: str, flat: dict[str, str]) -> dict:
         if group.get(fld) is not None and group[fld] != v:
             key = next((k for k, f in _TO_FIELD.items() if f == fld), fld)
             raise ConfigError(f"given twice: {flag_of(fld)} and {flag} {key}", field=flag_of(fld),
-                              value=group[fld], allowed=f"one of them, or the same value")
+                              value=group[fld], allowed="one of them, or the same value")
         group[fld] = v
         out[flat[fld]] = group
     return out

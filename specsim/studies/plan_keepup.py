@@ -124,7 +124,7 @@ def replica_bounds(cfg, plain: bool) -> tuple[int, int, int | None]:
     from specsim.simulate import resolved
 
     s = resolved(cfg)
-    wl, costs, pol = s.workload, s.costs, s.policy
+    wl, costs = s.workload, s.costs
     span = float(wl.arrival_s.max() - wl.arrival_s.min()) if wl.n > 1 else 0.0
     if wl.mode == "closed" or costs.fixed_c is not None or span <= 0 or (not plain and costs.tree is not None):
         return 1, 1, None
@@ -151,12 +151,12 @@ def _mean_tok_s(s, plain: bool) -> float:
 
     wl, costs = s.workload, s.costs
     B = int(wl.max_batch)
-    P, O = float(wl.prompt_len.mean()), float(wl.output_len.mean())
-    L, X = P + O / 2, (P if costs.enc_dec else 0.0)
+    P, Out = float(wl.prompt_len.mean()), float(wl.output_len.mean())
+    L, X = P + Out / 2, (P if costs.enc_dec else 0.0)
     prefill = costs.prefill(1, P, not plain)[0]
     if plain:
-        return B / (costs.plain_step(B, L, X)[0] + B / O * prefill)
-    return max(B * theory.expected_tokens(s.acceptance.alpha, g) / (costs.spec_step(B, g, L, X)[0] + B / O * prefill)
+        return B / (costs.plain_step(B, L, X)[0] + B / Out * prefill)
+    return max(B * theory.expected_tokens(s.acceptance.alpha, g) / (costs.spec_step(B, g, L, X)[0] + B / Out * prefill)
                for g in _gammas(s, B))
 
 
@@ -177,13 +177,13 @@ def _worst_tok_s(s, plain: bool) -> float | None:
     """One replica's worst-case throughput while its queue is not empty (None: not even one request fits)."""
     wl, costs = s.workload, s.costs
     mem = s.mem_base if plain else s.mem_spec
-    P, O = int(wl.prompt_len.max()), int(wl.output_len.max())
+    P, Out = int(wl.prompt_len.max()), int(wl.output_len.max())
     B = int(wl.max_batch)
     if mem is not None:
-        B = min(B, int(mem.kv_budget // float(mem.request_bytes(np.array([P]), np.array([O]))[0])))
+        B = min(B, int(mem.kv_budget // float(mem.request_bytes(np.array([P]), np.array([Out]))[0])))
     if B < 1:
         return None
-    L = float(P + O)
+    L = float(P + Out)
     X = float(P) if costs.enc_dec else 0.0
     G = s.policy.max_gamma
     step = costs.plain_step(B, L, X)[0] if plain else costs.spec_step(B, G, L, X, B)[0]
