@@ -55,7 +55,8 @@ class DeploymentConfig(_Group):
     tp: int = Field(default=1, ge=1, le=MAX_TP, description="tensor-parallel degree of the target (the draft's too "
                     "unless draft_tp is given)")
     draft_tp: int | None = Field(default=None, ge=1, le=MAX_TP, description="tensor-parallel degree of the draft or "
-                                 "head (vLLM's draft_tensor_parallel_size): 1 or the target's tp, as vLLM allows; None = the target's tp")
+                                 "head (vLLM's draft_tensor_parallel_size): 1 or the target's tp, as vLLM allows; "
+                                 "None = the target's tp")
     fixed_c: float | None = Field(default=None, ge=0, lt=10,
                                   description="override the cost model: target pass = 1 unit whatever its "
                                               "positions (free verification), draft pass = c units")
@@ -69,7 +70,8 @@ class DeploymentConfig(_Group):
                                 "a 2-position pass costs more than a 1-position one, e.g. on a CPU)")
     measured_draft: str | None = Field(default=None, description="measured cost mode for the draft: CSV of "
                                        "measured pass times, same format as measured_target; None = the roofline")
-    draft_kv_budget_tokens: int | None = Field(default=None, ge=1, le=MAX_LENGTH_TOKENS, description="cap on the draft's "
+    draft_kv_budget_tokens: int | None = Field(default=None, ge=1, le=MAX_LENGTH_TOKENS,
+                                               description="cap on the draft's "
                                                "KV per request, in tokens: its passes read and attend min(context, "
                                                "budget) tokens and admission reserves at most that much draft KV "
                                                "(StreamingLLM's attention sinks + sliding window, Xiao et al. 2023; "
@@ -119,7 +121,8 @@ class WorkloadConfig(_Group):
     output_len: int = Field(default=128, ge=1, le=MAX_LENGTH_TOKENS, description="output tokens per request")
     seed: int = Field(default=0, ge=0, description="random seed (arrivals, lengths, acceptance draws)")
     length_dist: LengthDist = Field(default="fixed", description="prompt/output lengths: 'fixed' = exactly "
-                                    "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L); 'lognormal' = "
+                                    "prompt_len/output_len; 'uniform' = integers uniform in [L/2, 3L/2] (mean L); "
+                                    "'lognormal' = "
                                     "ShareGPT-like heavy tail: lognormal with mean L and log-σ 1, rounded, clipped "
                                     "to [1, 8L]")
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="engine replicas behind the router; "
@@ -157,7 +160,8 @@ class EngineConfig(_Group):
                                           "KV blocks, preemption")
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_NUM_SEQS, description="vllm-v1: running requests per "
                                      "step (default 256)")
-    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_BATCHED_TOKENS, description="vllm-v1: token budget "
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_BATCHED_TOKENS,
+                                               description="vllm-v1: token budget "
                                                "per step (default: vLLM's rule for the device, 2048 / 8192 / 16384)")
     block_size: int | None = Field(default=None, ge=1, json_schema_extra={"one_of": VLLM_BLOCK_SIZES},
                                    description="vllm-v1: KV block size in tokens, one of vLLM's "

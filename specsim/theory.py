@@ -156,7 +156,8 @@ def worth_speculating(alpha, c):
     return helps_gamma1(alpha, c)
 
 
-GAMMA_MAX = 64  # = specsim.engine.acceptance.GAMMA_CAP, the simulator's one γ cap (tests/test_theory.py holds them equal)
+# = specsim.engine.acceptance.GAMMA_CAP, the simulator's one γ cap (tests/test_theory.py holds them equal)
+GAMMA_MAX = 64
 
 
 def optimal_gamma(alpha, c, gamma_max: int = GAMMA_MAX):

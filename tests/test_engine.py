@@ -197,7 +197,8 @@ def test_the_two_step_kernels_are_bit_identical():
 
 
 CLOSED_CASES = [dict(batch=1), dict(batch=5, output_len=1), dict(batch=8, length_dist="uniform"),
-                dict(batch=16, length_dist="lognormal", gamma=2), dict(batch=32, gamma=1), dict(batch=8, policy="heuristic"),
+                dict(batch=16, length_dist="lognormal", gamma=2), dict(batch=32, gamma=1),
+                dict(batch=8, policy="heuristic"),
                 dict(batch=8, policy="oracle"), dict(batch=8, draft_catchup=True),
                 dict(batch=8, target="t5-v1_1-xxl", draft="t5-v1_1-small", hardware="tpu-v4"),
                 dict(batch=8, fixed_c=0.1)]

@@ -91,7 +91,8 @@ def write_hardware_toml(path: str | Path, hw: HardwareProfile, *, comment: str, 
     def value(v) -> str:  # a TOML scalar: JSON's strings and booleans are TOML's too
         return json.dumps(v) if isinstance(v, (str, bool)) else repr(v)
 
-    lines = [f"# {comment.replace(chr(10), ' ')}"] + [f"{k} = {value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    lines = [f"# {comment.replace(chr(10), ' ')}"]
+    lines += [f"{k} = {value(v)}" for k, v in d.items() if not isinstance(v, dict)]
     for k, v in d.items():
         if isinstance(v, dict):
             lines += [f"\n[{k}]"] + [f"{kk} = {value(vv)}" for kk, vv in v.items()]

@@ -130,7 +130,8 @@ def check_nesting(text: str, *, file=None, field: str | None = None, toml: bool 
     if nesting_depth(text, toml) > MAX_NESTING:
         what = "malformed TOML" if toml else "not valid JSON"
         raise ConfigError(f"{what}: nested too deeply", file=file, field=field,
-                          value=text[:40] if file is None else None, allowed=f"at most {MAX_NESTING} levels of [ and {{")
+                          value=text[:40] if file is None else None,
+                          allowed=f"at most {MAX_NESTING} levels of [ and {{")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:

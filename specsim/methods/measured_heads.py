@@ -58,9 +58,11 @@ def engine_terms(engine: str, version: str) -> EngineTerms:
         cal_version = kd.resolve_version(hw.measured_system, engine, None, engine)
     target = model_cost(loader.model(plain.target), hw, engine, cal_version, 1, EngineTerms())
     step_s = plain.tpot_s - target.kernel_s(1, 1, CAL_CONTEXT)
-    sources = {"step_s": f"{plain.source}: {plain.tpot_s * 1e3:.2f} ms − kernels {target.kernel_s(1, 1, CAL_CONTEXT) * 1e3:.2f} ms "
+    sources = {"step_s": f"{plain.source}: {plain.tpot_s * 1e3:.2f} ms − kernels "
+                         f"{target.kernel_s(1, 1, CAL_CONTEXT) * 1e3:.2f} ms "
                          f"({engine} {cal_version}, {hw.name}, batch 1, context {CAL_CONTEXT})",
-               "verify_s": "0: vLLM's greedy rejection sampler is one small kernel (vllm/v1/sample/rejection_sampler.py)"}
+               "verify_s": "0: vLLM's greedy rejection sampler is one small kernel "
+                           "(vllm/v1/sample/rejection_sampler.py)"}
     draft = {}
     for (eng, method), row in SPECULATIVE.items():
         if eng != engine:

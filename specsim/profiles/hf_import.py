@@ -5,8 +5,8 @@ Other mixture-of-experts families (Qwen2-MoE, DBRX, OLMoE, Jamba, ...) are refus
 layouts are not read, and pricing their experts as one dense FFN would report a model several times too slow and
 too large. A quantized checkpoint is refused (its `torch_dtype` is the activations' dtype, not the weights'),
 except quant_method "fp8" (DeepSeek-V3's published checkpoint: float8 e4m3 weights with per-block scales, which are
-ignored), read as dtype fp8 with a bf16 KV cache (vLLM's kv_cache_dtype "auto"). Every problem — not JSON, not an object, a missing key, a value of the wrong type —
-is one ConfigError naming the file and the key.
+ignored), read as dtype fp8 with a bf16 KV cache (vLLM's kv_cache_dtype "auto"). Every problem — not JSON, not an
+object, a missing key, a value of the wrong type — is one ConfigError naming the file and the key.
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ The bisection assumes more replicas never hurt; the table says where a probe con
 
 All searches advance together: each round is one sweep (`specsim.sweep.run_sweep`) of the points the open searches
 probe next, in DIR/rounds/round-NN-HASH/ (HASH: of its points), so a plan runs on local processes or a Dask
-cluster, and a killed plan rerun with the same file and --out reuses every finished point and continues. The baseline is read from the paired
-baseline of the first candidate's runs (it does not depend on γ). The answer per (option, tp, rate) is
-`specsim.studies.plan_answer`: `best` the fewest replicas, then the lowest $/Mtok, plain decoding included.
+cluster, and a killed plan rerun with the same file and --out reuses every finished point and continues. The
+baseline is read from the paired baseline of the first candidate's runs (it does not depend on γ). The answer per
+(option, tp, rate) is `specsim.studies.plan_answer`: `best` the fewest replicas, then the lowest $/Mtok, plain
+decoding included.
 """
 
 from __future__ import annotations
@@ -209,7 +210,8 @@ def _claim(out: Path, plan: PlanSpec) -> None:
 
 def plan_id(plan: PlanSpec) -> str:
     d = {"fixed": plan.fixed, "options": [(o.name, o.fields, o.tps) for o in plan.options], "rates": plan.rates,
-         "candidates": [(c.policy, c.gamma) + ((c.draft,) if c.draft else ()) for c in plan.candidates], "max_replicas": plan.max_replicas,
+         "candidates": [(c.policy, c.gamma) + ((c.draft,) if c.draft else ()) for c in plan.candidates],
+         "max_replicas": plan.max_replicas,
          "duration_s": plan.duration_s, "min_requests": plan.min_requests, "slo": plan.slo}
     if plan.warmup_s:  # only when set: plans written before it keep their id
         d["warmup_s"] = plan.warmup_s

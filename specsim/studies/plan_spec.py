@@ -134,7 +134,8 @@ def load_plan(path: str | Path) -> PlanSpec:
     data = read_spec_file(path)
     for key in data:
         if key not in _TOP_KEYS:
-            raise ConfigError("unknown top-level key", file=path, field=shown(key), allowed=", ".join(sorted(_TOP_KEYS)))
+            raise ConfigError("unknown top-level key", file=path, field=shown(key),
+                              allowed=", ".join(sorted(_TOP_KEYS)))
     name = data.get("name", path.stem)
     check_string(name, file=path, where="name")
     fixed = _fields(_table(data, "fixed", path), "fixed", path)
@@ -277,7 +278,8 @@ def _drafts(search: dict, path: Path) -> list:
 def _int(t: dict, key: str, default: int, lo: int, hi: int, path: Path) -> int:
     v = t.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ConfigError("out of range", file=path, field=f"search.{key}", value=shown(v), allowed=f"integers {lo}..{hi}")
+        raise ConfigError("out of range", file=path, field=f"search.{key}", value=shown(v),
+                          allowed=f"integers {lo}..{hi}")
     return v
 
 
@@ -301,7 +303,8 @@ def _check_search_keys(search: dict, path: Path) -> None:
     known = {"rates", "drafts", "gammas", "policies", "max_replicas", "duration_s", "min_requests", "warmup_s"}
     for key in search:
         if key not in known:
-            raise ConfigError("unknown field", file=path, field=shown(f"search.{key}"), allowed=", ".join(sorted(known)))
+            raise ConfigError("unknown field", file=path, field=shown(f"search.{key}"),
+                              allowed=", ".join(sorted(known)))
 
 
 def _slo(t: dict, path: Path) -> dict:

@@ -11,11 +11,11 @@ The configs (`engine_configs`, batch mode only — both engines switch on the li
   profile name where none is listed, the target's repo for MTP, and absent for n-gram.
 - TensorRT-LLM: `speculative_config`'s `max_draft_len` and `draft_len_schedule`, a dict batch-size threshold →
   draft length: a batch of size B drafts the value of the largest threshold ≤ B; threshold 1 is required and
-  equals max_draft_len; 0 disables speculation; none for a token tree, whose depth is its shape (TensorRT-LLM 1.2, tensorrt_llm/llmapi/llm_args.py,
-  DecodingBaseConfig.draft_len_schedule, a developer interface there; not checked against its code in this
-  repository — the package index ships only a stub of tensorrt-llm). JSON keys are strings; TensorRT-LLM's
-  pydantic model reads "8" as 8. Below the first simulated batch the first band's γ holds, above the last the
-  last band's (as specsim's bands policy's nearest-band rule).
+  equals max_draft_len; 0 disables speculation; none for a token tree, whose depth is its shape (TensorRT-LLM 1.2,
+  tensorrt_llm/llmapi/llm_args.py, DecodingBaseConfig.draft_len_schedule, a developer interface there; not checked
+  against its code in this repository — the package index ships only a stub of tensorrt-llm). JSON keys are
+  strings; TensorRT-LLM's pydantic model reads "8" as 8. Below the first simulated batch the first band's γ holds,
+  above the last the last band's (as specsim's bands policy's nearest-band rule).
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ def config_lines(res: dict) -> list[str]:
                                         "no --speculative-config (plain decoding pays more)"))
     t = cfg["trtllm"]
     if t is None:
-        lines.append("  TensorRT-LLM: " + ("no draft_len_schedule for a token tree (its depth is its shape)"
-                                          if row.get("tree") else "no speculation (it does not pay at the first batch)"))
+        why = ("no draft_len_schedule for a token tree (its depth is its shape)" if row.get("tree")
+               else "no speculation (it does not pay at the first batch)")
+        lines.append("  TensorRT-LLM: " + why)
     else:
         sched = ", ".join(f"{k}: {g}" for k, g in t["draft_len_schedule"].items())
         lines.append(f"  TensorRT-LLM speculative_config: max_draft_len: {t['max_draft_len']}, draft_len_schedule: "
