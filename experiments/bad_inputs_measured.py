@@ -67,7 +67,8 @@ POWER_ROW = {"pw_w_neg": "-486,0.455", "pw_w_nan": "nan,0.455", "pw_w_inf": "inf
              "pw_w_absurd": "50000,46.7", "pw_j_mismatch": "486,4.55", "pw_j_neg": "486,-0.455",
              "pw_blank": ","}
 POWER_LINE = {"pw_tok0": PW_ROW.replace(",1070,", ",0,"), "pw_tok_neg": PW_ROW.replace(",1070,", ",-1070,"),
-              "pw_tp3": PW_ROW.replace(",1,8,", ",3,8,").replace("486,0.455", "486,1.363"), "pw_tp_float": PW_ROW.replace(",1,8,", ",1.5,8,"),
+              "pw_tp3": PW_ROW.replace(",1,8,", ",3,8,").replace("486,0.455", "486,1.363"),
+              "pw_tp_float": PW_ROW.replace(",1,8,", ",1.5,8,"),
               "pw_model_unknown": PW_ROW.replace("llama-3.1-8b", "no-such-model"),
               "pw_gpu_unknown": PW_ROW.replace("h100-sxm", "no-such-gpu"),
               "pw_batch0": PW_ROW.replace(",8,8.0,", ",8,0,"), "pw_batch_neg": PW_ROW.replace(",8,8.0,", ",8,-8,"),

@@ -14,13 +14,17 @@ PLAN = ('[fixed]\ntarget = "llama-3.1-8b"\ndraft = "llama-3.2-1b"\nalpha = 0.7\n
         '[[option]]\nname = "h100"\nhardware = "h100-sxm"\n'
         '[search]\nrates = [4]\ngammas = [3]\nmax_replicas = 4\nduration_s = 5\nmin_requests = 20\n'
         '[slo]\nttft_p90_s = 1.0\ntpot_p90_s = 0.05\n')
-PLAN_VARIANTS = {"p_unknown_top": ("[fixed]", "colour = 1\n[fixed]"), "p_rate_fixed": ("alpha = 0.7", "alpha = 0.7\nrate = 4"),
+PLAN_VARIANTS = {"p_unknown_top": ("[fixed]", "colour = 1\n[fixed]"),
+                 "p_rate_fixed": ("alpha = 0.7", "alpha = 0.7\nrate = 4"),
                  "p_slo_key": ("ttft_p90_s", "ttft_p95_s"), "p_slo_neg": ("ttft_p90_s = 1.0", "ttft_p90_s = -1.0"),
                  "p_gamma0": ("gammas = [3]", "gammas = [0]"), "p_rates_desc": ("rates = [4]", "rates = [8, 4]"),
-                 "p_rates_str": ("rates = [4]", 'rates = ["4"]'), "p_tp3": ('hardware = "h100-sxm"', 'hardware = "h100-sxm"\ntp = 3'),
-                 "p_no_hw": ('hardware = "h100-sxm"\n', ""), "p_no_option": ('[[option]]\nname = "h100"\nhardware = "h100-sxm"\n', ""),
+                 "p_rates_str": ("rates = [4]", 'rates = ["4"]'),
+                 "p_tp3": ('hardware = "h100-sxm"', 'hardware = "h100-sxm"\ntp = 3'),
+                 "p_no_hw": ('hardware = "h100-sxm"\n', ""),
+                 "p_no_option": ('[[option]]\nname = "h100"\nhardware = "h100-sxm"\n', ""),
                  "p_drafts": ("gammas = [3]", 'gammas = [3]\ndrafts = ["llama-3.2-1b"]'),
-                 "p_maxrep0": ("max_replicas = 4", "max_replicas = 0"), "p_duration": ("duration_s = 5", "duration_s = inf"),
+                 "p_maxrep0": ("max_replicas = 4", "max_replicas = 0"),
+                 "p_duration": ("duration_s = 5", "duration_s = inf"),
                  "p_no_slo": ("[slo]\nttft_p90_s = 1.0\ntpot_p90_s = 0.05\n", ""),
                  "p_policy": ("gammas = [3]", 'gammas = [3]\npolicies = ["oracle"]'),
                  "p_broken": ("[search]", "[search"), "p_alpha_str": ("alpha = 0.7", 'alpha = "0.7"')}

@@ -16,7 +16,8 @@ from bad_inputs_measured import measured_cases, measured_files
 
 REPO = Path(__file__).resolve().parents[1]
 NEWER_PARTS = {"spec-json": "21.3", "bands": "21.3", "tree-json": "21.3", "head": "21.3", "moe-file": "21.3",
-               "engine-arg": "21.3", "sweep-newer": "21.3", "context": "21.3", "pasted": "21.4", "plan-file": "21.2", "power-csv": "21.3",
+               "engine-arg": "21.3", "sweep-newer": "21.3", "context": "21.3", "pasted": "21.4", "plan-file": "21.2",
+               "power-csv": "21.3",
                "bench-json": "21.3", "metrics-text": "21.3", "step-table": "21.3"}
 SIM = "simulate --hardware a100-80gb --target llama-3.1-8b --requests 2 --output-len 8 --json --alpha 0.7"
 SIM_D = SIM + " --draft llama-3.2-1b"
@@ -109,7 +110,8 @@ def newer_files(d: Path, exe: str) -> None:
 def _spec_json() -> list[tuple]:
     bad = ['{"method": "eagle4"}', '{"method": ""}', '{"method": null}', '{"method": 3}', '{"method": ["eagle3"]}',
            '{"method": {"name": "eagle3"}}', '{"method": true}',
-           '{"method": "eagle3", "num_speculative_tokens": "3"}', '{"method": "eagle3", "num_speculative_tokens": true}',
+           '{"method": "eagle3", "num_speculative_tokens": "3"}',
+           '{"method": "eagle3", "num_speculative_tokens": true}',
            '{"method": "eagle3", "num_speculative_tokens": 3.0}', '{"method": "eagle3", "num_speculative_tokens": 0}',
            '{"method": "eagle3", "num_speculative_tokens": -1}', '{"method": "eagle3", "num_speculative_tokens": 65}',
            '{"method": "eagle3", "num_speculative_tokens": NaN}',

@@ -328,7 +328,8 @@ def markdown(res: dict) -> str:
           f"({b64['steps_per_cpu_s']:,.0f} counting the speculative steps alone). Absolute rates depend on the "
           "host's state (this host switches between a fast and a ~2.5× slower state); the ratios, engine and "
           "reference timed back to back, are the stable figures.",
-          f"Previous run ({PREVIOUS_WHAT}), ratio to the first reference: " + ", ".join(f"{k} {v:.2f}×" for k, v in PREVIOUS.items() if k in res["modes"]) +
+          f"Previous run ({PREVIOUS_WHAT}), ratio to the first reference: "
+          + ", ".join(f"{k} {v:.2f}×" for k, v in PREVIOUS.items() if k in res["modes"]) +
           f"; {PREVIOUS['b64_all_steps_per_cpu_s']:,} steps/CPU-s at batch 64.",
           f"`simulate`'s default engine at batch 1 (no `engine` given): **{res['default_engine_batch1']}**.", "",
           "References: `batch1` — vectorized draws (one flat buffer of every request's uniforms from "

@@ -150,7 +150,8 @@ def markdown(res: dict) -> str:
           "searches timed back to back, is the stable figure. Both searches give the same answers: every answer "
           "r comes with r − 1 simulated and failing; the bracket only chooses where to look (its bounds: "
           "`specsim.studies.plan_keepup.replica_bounds`), and the candidates at one (option, rate, replicas) "
-          "share one plain-decoding run (`simpy_engine.reuse_baselines`).", "", "Every run:", "", "| # | search | wall s | CPU s | points | rounds | "
+          "share one plain-decoding run (`simpy_engine.reuse_baselines`).", "", "Every run:", "",
+          "| # | search | wall s | CPU s | points | rounds | "
           "load before | load after |", "|---:|---|---:|---:|---:|---:|---|---|"]
     for i, r in enumerate(res["runs"]):
         L.append(f"| {i} | {r['mode']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['points']} | {r['rounds']} | "

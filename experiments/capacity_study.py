@@ -302,7 +302,8 @@ def print_summary(setup: str, kind: str, dec: pd.DataFrame, be: pd.DataFrame, sa
                                 r["speedup_eq5"], r["gamma_eq5_opt"], r["speedup_eq5_opt"], r["tpot_p50_s"] * 1e3,
                                 r["baseline_tpot_p50_s"] * 1e3])
         cols = ([kind, "% sat"] if sat_rate else [kind]) + [
-            "rec. γ", "best γ", "speedup at rec.", "at best", "eq5 best γ", "eq5 γ*", "eq5 at γ*", "TPOT p50 ms", "base TPOT ms"]
+            "rec. γ", "best γ", "speedup at rec.", "at best", "eq5 best γ", "eq5 γ*", "eq5 at γ*", "TPOT p50 ms",
+            "base TPOT ms"]
         table(f"{setup} — draft {SHORT[draft]}, α={d['alpha'].iloc[0]:g} ({SOURCE[draft]}), "
               f"c={d['c'].iloc[0]:.3f}", cols, rows, caption=f"{be_txt}; {bands_text(bs, kind)}")
 

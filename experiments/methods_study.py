@@ -138,7 +138,8 @@ def changed(df: pd.DataFrame) -> list[str]:
            "|---|---|---|---|---|"]
     for (part, setup), g in df.groupby(["part", "setup"], sort=False):
         a, m = (g[g["stack"] == st].sort_values("batch") for st in STACKS)
-        t_a, t_m, e_m = first_at_or_above(a, "speedup"), first_at_or_above(m, "speedup"), first_at_or_above(m, "energy_ratio")
+        t_a, t_m, e_m = (first_at_or_above(a, "speedup"), first_at_or_above(m, "speedup"),
+                         first_at_or_above(m, "energy_ratio"))
         out.append(f"| {part}: {setup} | {a.speedup.iloc[0]:.2f} → {m.speedup.iloc[0]:.2f} | {_b(t_a)} → {_b(t_m)} | "
                    f"{_b(e_m)} | {m.energy_ratio.iloc[0]:.2f} / {m.energy_ratio.iloc[-1]:.2f} |")
     return out

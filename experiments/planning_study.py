@@ -144,7 +144,8 @@ def plan_table(rows: list[dict]) -> list[str]:
     for r in pd.DataFrame(rows).itertuples():
         lines.append(f"| {r.option} | {r.rate:g} | {_i(r.replicas_baseline)} | {_i(r.replicas_spec)} | "
                      f"{r.best or '—'} | {_f(r.usd_per_mtok_baseline)} | {_f(r.usd_per_mtok_spec)} | "
-                     f"{_f(r.energy_j_per_token_baseline)} | {_f(r.energy_j_per_token_spec)} | {_f(r.speedup_latency)} | "
+                     f"{_f(r.energy_j_per_token_baseline)} | {_f(r.energy_j_per_token_spec)} | "
+                     f"{_f(r.speedup_latency)} | "
                      f"{_f(r.speedup_eq5)} |")
     return lines
 
@@ -192,12 +193,14 @@ def changed(plans: dict, energy: pd.DataFrame) -> list[str]:
     out = []
     for slo in SLOS:
         a, m = (pd.DataFrame(plans[_key(slo, st)]).set_index(["option", "rate"]) for st in (cg, me))
-        moved = [(k, a.loc[k], m.loc[k]) for k in a.index if _i(a.loc[k, "replicas_spec"]) != _i(m.loc[k, "replicas_spec"])
+        moved = [(k, a.loc[k], m.loc[k]) for k in a.index
+                 if _i(a.loc[k, "replicas_spec"]) != _i(m.loc[k, "replicas_spec"])
                  or _i(a.loc[k, "replicas_baseline"]) != _i(m.loc[k, "replicas_baseline"])
                  or _s(a.loc[k, "best"]) != _s(m.loc[k, "best"])]
         out += [f"**{slo}** — points whose replicas or best option moved ({len(moved)} of {len(a)}); replicas plain "
                 "/ speculative, best, provisioned $/Mtok and J/token of the best:", "",
-                "| option | rate | CUDA graphs: replicas plain / spec | best | $/Mtok | J/tok | measured: replicas plain / "
+                "| option | rate | CUDA graphs: replicas plain / spec | best | $/Mtok | J/tok | "
+                "measured: replicas plain / "
                 "spec | best | $/Mtok | J/tok |", "|---|---|---|---|---|---|---|---|---|---|"]
         for (opt, rate), x, y in moved:
             out.append(f"| {opt} | {rate:g} | " + " | ".join(
@@ -229,7 +232,8 @@ def changed_prose(plans: dict, energy: pd.DataFrame) -> str:
         up, down = int((fewest[1] > fewest[0]).sum()), int((fewest[1] < fewest[0]).sum())
         usd = [d.apply(lambda r: _best(r, "usd_per_mtok"), axis=1) for d in (a, m)]
         ratio = (usd[1] / usd[0]).replace([np.inf, -np.inf], np.nan).dropna()
-        parts.append(f"under {slo} the measured-kernel stack needs more replicas at {up} and fewer at {down} of {len(a)} "
+        parts.append(f"under {slo} the measured-kernel stack needs more replicas at {up} and fewer at {down} "
+                     f"of {len(a)} "
                      f"(option, rate) points (the fewest of plain and speculative), speculation saves replicas at "
                      f"{saved[1]} of them (CUDA graphs: {saved[0]}), and the best answer's provisioned $/Mtok moves by "
                      f"{ratio.min():.2f}–{ratio.max():.2f}× (median {ratio.median():.2f}×)")
@@ -240,7 +244,8 @@ def changed_prose(plans: dict, energy: pd.DataFrame) -> str:
         e, t = crossing(g, "energy_ratio"), crossing(g, "speedup")
         old = crossing(before[before["option"] == name], "energy_ratio") if before is not None else (None, None)
         cross.append(f"{name} energy {_pair(e)} (before: {_pair(old)}), time {_pair(t)}")
-    return ("Against the plan on the CUDA-graph stack: " + "; ".join(parts) + ". Where speculation stops saving (γ = 4, "
+    return ("Against the plan on the CUDA-graph stack: " + "; ".join(parts)
+            + ". Where speculation stops saving (γ = 4, "
             "measured stack, measured power model; the energy crossing under the old power model in brackets): "
             + "; ".join(cross) + ".")
 

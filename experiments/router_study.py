@@ -113,9 +113,11 @@ def markdown(df: pd.DataFrame, secs: dict) -> str:
     L += ["", "## What moved against shared-queue (the ideal bound)", ""]
     L += [f"- {m}" for m in vs_sq] or ["- nothing: routing costs no replica here"]
     multi = df[(df.replicas_baseline.fillna(1) > 1) | (df.replicas_spec.fillna(1) > 1)]
-    L += ["", f"Rows where any router needs more than one replica: {multi[['option', 'rate']].drop_duplicates().shape[0]} "
+    L += ["", "Rows where any router needs more than one replica: "
+          f"{multi[['option', 'rate']].drop_duplicates().shape[0]} "
           f"of {df[['option', 'rate']].drop_duplicates().shape[0]} (with one replica the router has no choice to "
-          "make, so only these can move).", "", "Wall time of each router's plan in the invocation that wrote this file "
+          "make, so only these can move).", "",
+          "Wall time of each router's plan in the invocation that wrote this file "
           "(shared 2-core host; points already in the scratch folder are reused, so a rerun is faster):", ""]
     L += [f"- {r}: {s:.0f} s, {p} points in {k} rounds" for r, (s, p, k) in secs.items()]
     L += ["", "Tail latency at each answer (plain decoding; TTFT p90 / TPOT p90, s) where more than one replica is "
