@@ -200,12 +200,13 @@ def block_csvs(out: Path, runs: list[dict], fit: tuple) -> None:
             t.write_csv(out / "step_tables" / f"{b}_{m}.csv", f"vLLM per-step log, {m} alone, block {b}")
 
 
-def _scored(out: Path, runs: list[dict], tables) -> tuple[list[dict], list[dict]]:
-    """(rows, points) with every grid run priced by `tables(run)` = (target table, draft table)."""
+def _scored(out: Path, runs: list[dict], tables, draft_pass: str = "scheduled") -> tuple[list[dict], list[dict]]:
+    """(rows, points) with every grid run priced by `tables(run)` = (target table, draft table); `draft_pass` as
+    vllm_predict.predict takes it."""
     preds = {}
     for r in runs:
         if r.get("mode") not in CAL.values():
-            preds[r["_file"]] = predict(r, r["cfg"], *tables(r), kv_blocks(out, r))
+            preds[r["_file"]] = predict(r, r["cfg"], *tables(r), kv_blocks(out, r), draft_pass=draft_pass)
     rows = _pair(runs, preds)
     return rows, score_points(rows)
 
@@ -215,7 +216,7 @@ SESSION12 = ("token", True, "block", "context")  # the fit of record until sessi
 
 
 def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
-            fit_from: Path | None = None, logits: str = "positions") -> dict:
+            fit_from: Path | None = None, logits: str = "positions", draft_pass: str = "scheduled") -> dict:
     """Grid runs are priced by the tables of the fit `vllm_select.select` chose on the plain runs alone (or the
     fit a committed table_selection.json names: `fit_from`), per block as its pool says (`tables_by_block`);
     beside them, the same runs priced by the block's token-only monotone tables (session 12's fit of record,
@@ -223,7 +224,9 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     keeps those blocks' grid runs only, the tables still see every block's calibration (runs without
     speculation); what is written goes to `dst` (default: `out`). `logits`: a request table's rule for the
     positions a verification computes logits at (specsim.validation.request_table; "positions", the record's since
-    session 20; "last", sessions 12-19)."""
+    session 20; "last", sessions 12-19). `draft_pass`: the draft's first pass over the scheduled tokens
+    ("scheduled", the record's rule through session 22) or plus one new slot per request as vLLM 0.32's draft model
+    runs it ("vllm"; results/vllm_cpu_lockstep2/preregistered_r17_draft_pass.md)."""
     from vllm_select import fixed, previous, select  # experiments/vllm_select.py
 
     dst = out if dst is None else dst
@@ -251,16 +254,17 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     def pick(name):
         return lambda r: tabs[name].get(r.get("block"), tabs[name][None])
 
-    rows, points = _scored(out, runs, pick("chosen"))
+    rows, points = _scored(out, runs, pick("chosen"), draft_pass)
     res = summarize(points, runs, tt, td)
     blocks_seen = sorted({r["block"] for r in runs if r.get("block")})
     beside = {"pooled": lambda r: pooled} | ({"token_monotone": pick("token_monotone")}
                                             if "token_monotone" in fits and blocks_seen else {})
-    _beside(out, runs, points, res, beside, (tt, td))
+    _beside(out, runs, points, res, beside, (tt, td), draft_pass)
     if blocks_seen:
         res["block_tables"] = {b: {m: _info(a) for m, a in zip(CAL, tabs["chosen"][b])} for b in blocks_seen}
     rq = tuple(request_table(calibration_runs(fit_runs, m), f"{m} alone ({CAL[m]})") for m in CAL)
     res.update(points=points, rows=rows, probes=probes(runs, out), table_selection=sel, verify_logits=logits,
+               draft_pass=draft_pass,
                tables={m: _info(t) for m, t in zip(CAL, pooled)}, holdout=_holdout(fit_runs, rq, (tt, td)),
                unmeasured_steps=sum(p["unmeasured_steps"] for p in points),
                priced_steps=sum(p["priced_steps"] for p in points),
@@ -273,11 +277,12 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     return res
 
 
-def _beside(out: Path, runs: list[dict], points: list[dict], res: dict, beside: dict, ref) -> None:
+def _beside(out: Path, runs: list[dict], points: list[dict], res: dict, beside: dict, ref,
+            draft_pass: str = "scheduled") -> None:
     """Each other way of pricing (name -> run -> tables) scored on the same runs: its summary in res[name], its
     predictions and errors on every point as name_pred_* / name_err_* (the plot draws them)."""
     for name, how in beside.items():
-        other = _scored(out, runs, how)[1]
+        other = _scored(out, runs, how, draft_pass)[1]
         res[name] = summarize(other, runs, *ref)
         by = {(q["variant"], q["loop"], q["x"]): q for q in other}
         for p in points:

@@ -9,9 +9,10 @@ Used by experiments/vllm_analyze.py. What a run recorded is what is simulated (`
 - acceptance replayed request by request from vLLM's own per-step accepted and drafted counts
   (`ReplayAcceptance`), so a step verifies exactly the drafts vLLM verified — k for a draft model, 0..k for an
   n-gram lookup, whose steps without a match verify none;
-- the draft model priced by its own fitted table (one pass over the step's tokens, k − 1 one-token passes, as the
-  engine does); an n-gram proposal by the host time of the `ngram` head profile
-  (model_profiles/heads/ngram.toml host_s_per_request) per request per step.
+- the draft model priced by its own fitted table (one pass over the step's tokens — with draft_pass "vllm" plus
+  the one new slot per request vLLM 0.32's draft model takes — and k − 1 one-token passes); an n-gram proposal
+  by the host time of the `ngram` head profile (model_profiles/heads/ngram.toml host_s_per_request) per request
+  per step.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from collections import deque
 
 import numpy as np
 
+from specsim import methods
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine
 from specsim.engine.metrics import latency_metrics
 from specsim.engine.workload import Workload
 from specsim.profiles.loader import MODEL_DIR, load_toml
 from specsim.validation import vllm_runs as vrun
 
+DRAFT_PASS = ("scheduled", "vllm")  # the draft's first pass: the scheduled tokens, or + the method's new slots
 _WALK = 1 << 20  # walk offsets per request: request i's output position p is i * _WALK + p
 
 
@@ -116,9 +119,13 @@ def workload(run: dict, cfg: dict) -> tuple[Workload, np.ndarray]:
     return Workload("poisson", arr[order], p[order], o[order], cfg["max_num_seqs"], None), order
 
 
-def predict(run: dict, cfg: dict, target, draft=None, blocks: int | None = None) -> dict:
+def predict(run: dict, cfg: dict, target, draft=None, blocks: int | None = None, draft_pass: str = "scheduled") -> dict:
     """Simulate the run (plain when cfg k is 0): throughput, TPOT p50, TTFT p50, and the steps each table priced
-    outside its measured range."""
+    outside its measured range. `draft_pass`: the draft's first pass over the scheduled tokens ("scheduled", the
+    record's rule through session 22) or over them plus the method's new slots per request ("vllm": one for a draft
+    model, as vLLM 0.32 runs it; specsim.engine.engine_profiles.vllm_scheduler)."""
+    if draft_pass not in DRAFT_PASS:
+        raise ValueError(f"vllm_predict: draft_pass {draft_pass!r}; allowed: {', '.join(DRAFT_PASS)}")
     wl, order = workload(run, cfg)
     vc = VllmV1Config(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                       block_size=cfg["block_size"])
@@ -132,7 +139,8 @@ def predict(run: dict, cfg: dict, target, draft=None, blocks: int | None = None)
         dp = HostPricer(ngram_host_s(), k) if cfg["method"] == "ngram" else draft
     tables = list({id(t): t for t in (target, dp) if hasattr(t, "unmeasured")}.values())  # one count per table
     before = [(t.unmeasured.steps, t.unmeasured.queries) for t in tables]
-    e = ReplayEngine(wl, vc, target, dp, acc, k=k, blocks=blocks, lag=cfg["join_lag_steps"])
+    slots = methods.get(cfg.get("method")).draft_input_slots if k and draft_pass == "vllm" else 0
+    e = ReplayEngine(wl, vc, target, dp, acc, k=k, blocks=blocks, lag=cfg["join_lag_steps"], draft_slots=slots)
     rec = e.run()
     m = latency_metrics(rec, 1.0, 0.05)
     res = {"throughput": m["throughput_tok_s"], "tpot_p50": m["tpot_p50_s"], "ttft_p50": m["ttft_p50_s"],

@@ -230,8 +230,10 @@ def _fit_text(res: dict) -> str:
                 f"{rule['challenger_wins_share']:.1%} of {rule['draws']} paired block resamples (needs "
                 f"{rule['win_share_needed']:.0%}), so ")
         kept += "it replaced it" if sel["chosen"] == rule["challenger"] else "the choice in force stays"
-    return (f"**{sel['chosen']}**: {what}, {how}; score = (median |TPOT p50 err| + median |TTFT p50 err|) / 2 over "
-            f"the plain runs{kept}, every candidate: {cands}")
+    draft = ("; the draft's first pass priced over the scheduled tokens plus one new slot per request, as vLLM "
+             "0.32's draft model runs it" if res.get("draft_pass") == "vllm" else "")
+    return (f"**{sel['chosen']}**: {what}, {how}{draft}; score = (median |TPOT p50 err| + median |TTFT p50 err|) / 2 "
+            f"over the plain runs{kept}, every candidate: {cands}")
 
 
 def _table_line(name: str, t: dict) -> str:

@@ -534,3 +534,23 @@ def test_the_choice_in_force_stays_unless_the_rule_lets_the_challenger_in(tmp_pa
     assert kept["candidates"] == free["candidates"]
     with pytest.raises(SystemExit, match="incumbent 'bogus' is not one of"):
         vsel.select(tmp_path, loaded, incumbent="bogus")
+
+
+def test_the_draft_pass_rule_adds_one_slot_per_request_for_a_draft_model_only():
+    """draft_pass "vllm": the draft's first pass covers the scheduled tokens plus one new slot per request (vLLM
+    0.32's draft model, llm_base_proposer.py set_inputs_first_pass); at concurrency 1 every step's draft pass is
+    then one token dearer. An n-gram lookup runs no model pass and is priced alike either way."""
+    run = _spec()
+    run["config"].update(concurrency=1, max_num_batched_tokens=64)
+    cfg = vrun.run_config(run)
+    linear = StepTable([1, 10_001], [0.1, 10.1])  # 0.1 s + 1 ms per token
+    a = vp.predict(run, cfg, FLAT, linear, blocks=64)
+    b = vp.predict(run, cfg, FLAT, linear, blocks=64, draft_pass="vllm")
+    assert a["steps"] == b["steps"]
+    n = len(run["input_lens"])
+    assert (b["e2e_mean"] - a["e2e_mean"]) * n == pytest.approx(1e-3 * b["steps"], rel=1e-9)
+    ngram = dict(cfg, method="ngram")
+    assert vp.predict(run, ngram, FLAT, None, blocks=64) == vp.predict(run, ngram, FLAT, None, blocks=64,
+                                                                       draft_pass="vllm")
+    with pytest.raises(ValueError, match="draft_pass"):
+        vp.predict(run, cfg, FLAT, linear, blocks=64, draft_pass="extra")

@@ -183,3 +183,28 @@ def test_the_draft_runs_every_step_over_every_scheduled_request():
         assert first[0].sum() == tokens
         assert all(new.size == requests and (new == 1).all() for new, _ in rest)
     assert e.scheduled[0] == (32, 1, 32)  # step 0: a chunk of request 0 alone, no token sampled, drafts paid
+
+
+@pytest.mark.parametrize("slots", [0, 1])
+def test_the_draft_models_first_pass_takes_one_new_slot_per_request(slots):
+    """vLLM 0.32's draft model does not shift its inputs (llm_base_proposer.py set_inputs_first_pass,
+    extend_all_queries_by_N): its first pass covers the scheduled tokens plus one slot per request for the sampled
+    token; a proposer on the target's hidden states (EAGLE, MTP) shifts and adds none."""
+    k = 3
+    wl = _wl([40, 9, 70], [8, 12, 6], concurrency=3)
+    target, draft = _Recording(), _Recording()
+    e = VllmV1Engine(wl, VllmV1Config(max_num_batched_tokens=32), target, draft, Acceptance(alpha=0.7, seed=5),
+                     k=k, draft_slots=slots)
+    e.run()
+    for j, (tokens, requests, _) in enumerate(e.scheduled):
+        first, *rest = draft.calls[k * j:k * (j + 1)]
+        assert first[0].sum() == tokens + slots * requests and first[0].size == requests
+        assert all((new == 1).all() for new, _ in rest)
+    assert [t[0].sum() for t in target.calls] == [s[0] for s in e.scheduled]  # the target sees no new slot
+
+
+def test_the_profile_takes_the_new_slots_from_the_method():
+    from specsim import methods
+
+    assert methods.get("draft_model").draft_input_slots == 1
+    assert all(methods.get(m).draft_input_slots == 0 for m in ("eagle", "eagle3", "mtp", "medusa", "ngram"))

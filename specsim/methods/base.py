@@ -27,6 +27,10 @@ class Method:
     name = "method"
     model_kind = "head"  # what the config's `draft` (vLLM's `model`) names: "model" (a model profile) or "head"
     one_pass = False  # one pass per step whatever γ (Medusa, n-gram, suffix)
+    # new input slots per request in the proposer's first pass beyond the step's scheduled tokens (vLLM 0.32
+    # v1/spec_decode/llm_base_proposer.py: net_num_new_slots_per_request = 1 - 1 when the proposer reads the
+    # target's hidden states, EAGLE / MTP, whose inputs shift by one; n-gram and suffix run no model pass)
+    draft_input_slots = 0
     acceptance = "α = P(draft position k accepted | the ones before accepted), i.i.d. or from a β trace"
 
     def passes(self, gamma: int) -> int:

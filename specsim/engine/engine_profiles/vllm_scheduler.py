@@ -20,7 +20,10 @@ Rules, each from vLLM 0.32's code (the CPU build this project measured; paths un
   over every scheduled token — each decode's 1 + k tokens (its last token and the k drafts proposed in the
   previous step) and the prefill chunks — the rejection sampler keeps the leading accepted drafts plus one token;
   then the draft runs in every step, over every scheduled request: one draft pass over the same scheduled tokens
-  (the draft builds its KV of the prompt in the same step) and k − 1 passes of one token per scheduled request.
+  (the draft builds its KV of the prompt in the same step) plus the method's new input slots per request — one
+  for a draft model, whose inputs do not shift: each request's sampled token takes a slot after its scheduled
+  tokens (`set_inputs_first_pass`, `extend_all_queries_by_N`; `specsim.methods` `draft_input_slots`) — and
+  k − 1 passes of one token per scheduled request.
   The drafter's batch is padded to all of the step's requests (`v1/worker/gpu_model_runner.py`: the drafter runs
   whenever the input fits, `disable_padded_drafter_batch` defaults to False; `propose` takes batch_size =
   common_attn_metadata.batch_size()): a request whose prefill chunk does not finish the prefill gets drafts that
@@ -75,9 +78,10 @@ class VllmV1Engine:
     """Simulate one replica of vLLM serving `wl`; `draft` None (k = 0) is plain decoding."""
 
     def __init__(self, wl, cfg: VllmV1Config, target, draft=None, acc=None, k: int = 0,
-                 blocks: int | None = None):
+                 blocks: int | None = None, draft_slots: int = 0):
         self.wl, self.cfg, self.target, self.draft, self.acc = wl, cfg, target, draft, acc
         self.k = int(k) if draft is not None else 0
+        self.draft_slots = int(draft_slots)  # new input slots per request in the draft's first pass (module doc)
         self.lookahead = self.k
         self.free_blocks = int(blocks if blocks is not None else 1 << 62)
         self.total_blocks = self.free_blocks
@@ -184,8 +188,8 @@ class VllmV1Engine:
             if r.emitted >= r.out:
                 finished.append(r)
             r.drafts = 0
-        if self.k and sched:  # the draft: one pass over the step's tokens, then k − 1 one-token passes (all requests)
-            dt, db, df = self.draft.price(new, ctx)
+        if self.k and sched:  # the draft: one pass over the step's tokens (+ its new slots), then k − 1 one-token
+            dt, db, df = self.draft.price(new + self.draft_slots, ctx)  # passes (all requests)
             rows = np.array([r.computed for r, _ in sched], dtype=np.int64)
             for j in range(self.k - 1):
                 st, sb, sf = self.draft.price(np.ones(len(rows), np.int64), rows + j)

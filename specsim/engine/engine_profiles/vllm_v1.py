@@ -9,6 +9,7 @@ several replicas, encoder-decoder models, the fixed-c and measured-grid cost mod
 
 from __future__ import annotations
 
+from specsim import methods
 from specsim.engine.engine_profiles.base import EngineProfile
 from specsim.cost.ragged import RooflinePricer, StepTable
 from specsim.engine.engine_profiles.vllm_scheduler import VllmV1Config, VllmV1Engine, pool_blocks
@@ -51,7 +52,8 @@ class VllmV1(EngineProfile):
         vc = _config(cfg, target.hardware)
         tp, dp = _pricer(target, cfg.engine.step_table_target), _pricer(draft, cfg.engine.step_table_draft)
         spec = VllmV1Engine(wl, vc, tp, dp, setup.acceptance, k=setup.policy.gamma,
-                            blocks=pool_blocks(vc, [target, draft], True))
+                            blocks=pool_blocks(vc, [target, draft], True),
+                            draft_slots=methods.get(cfg.speculation.method).draft_input_slots)
         base = VllmV1Engine(wl, vc, tp, None, None, k=0, blocks=pool_blocks(vc, [target, draft], False))
         rs, rb = spec.run(), base.run()
         extra = {"engine": "vllm-v1", "engine_profile": "vllm-v1", "max_num_seqs": vc.max_num_seqs,
