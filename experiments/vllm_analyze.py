@@ -216,7 +216,7 @@ SESSION12 = ("token", True, "block", "context")  # the fit of record until sessi
 
 
 def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
-            fit_from: Path | None = None, logits: str = "positions", draft_pass: str = "scheduled") -> dict:
+            fit_from: Path | None = None, logits: str = "positions", draft_pass: str = "vllm") -> dict:
     """Grid runs are priced by the tables of the fit `vllm_select.select` chose on the plain runs alone (or the
     fit a committed table_selection.json names: `fit_from`), per block as its pool says (`tables_by_block`);
     beside them, the same runs priced by the block's token-only monotone tables (session 12's fit of record,
@@ -224,9 +224,10 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     keeps those blocks' grid runs only, the tables still see every block's calibration (runs without
     speculation); what is written goes to `dst` (default: `out`). `logits`: a request table's rule for the
     positions a verification computes logits at (specsim.validation.request_table; "positions", the record's since
-    session 20; "last", sessions 12-19). `draft_pass`: the draft's first pass over the scheduled tokens
-    ("scheduled", the record's rule through session 22) or plus one new slot per request as vLLM 0.32's draft model
-    runs it ("vllm"; results/vllm_cpu_lockstep2/preregistered_r17_draft_pass.md)."""
+    session 20; "last", sessions 12-19). `draft_pass`: the draft's first pass over the scheduled tokens plus one
+    new slot per request as vLLM 0.32's draft model runs it ("vllm", the record's since session 23:
+    results/vllm_cpu_lockstep2/preregistered_r17_draft_pass.md) or over the scheduled tokens alone ("scheduled",
+    sessions 12-22)."""
     from vllm_select import fixed, previous, select  # experiments/vllm_select.py
 
     dst = out if dst is None else dst

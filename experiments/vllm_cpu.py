@@ -247,11 +247,11 @@ def main() -> None:
                     help="a (tokens, requests) table prices a verification with logits at every verified position "
                          "(default, the record's rule since session 20: results/vllm_cpu_lockstep2/preregistered_r14.md"
                          ") or with one logit per request (sessions 12-19; specsim.validation.request_table)")
-    an.add_argument("--draft-pass", choices=("scheduled", "vllm"), default="scheduled",
-                    help="the draft's first pass over the step's scheduled tokens (default, the record's rule "
-                         "through session 22) or plus the one new slot per request vLLM 0.32's draft model takes "
-                         "(llm_base_proposer.py set_inputs_first_pass; results/vllm_cpu_lockstep2/"
-                         "preregistered_r17_draft_pass.md)")
+    an.add_argument("--draft-pass", choices=("scheduled", "vllm"), default="vllm",
+                    help="the draft's first pass over the step's scheduled tokens plus the one new slot per request "
+                         "vLLM 0.32's draft model takes (default, the record's rule since session 23: "
+                         "llm_base_proposer.py set_inputs_first_pass; results/vllm_cpu_lockstep2/"
+                         "preregistered_r17_draft_pass.md) or over the scheduled tokens alone (sessions 12-22)")
     a = ap.parse_args()
     if a.cmd == "measure":
         cmd_measure(a)

@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_analyze as va  # noqa: E402
 
 
-def parts(s: dict, k: int, tt, td) -> tuple[float, float] | None:
+def parts(s: dict, k: int, tt, td, slots: int = 0) -> tuple[float, float] | None:
     """(target part, draft part) of a full decode step (R requests x k + 1 tokens; the log's summed context spread
-    evenly over its requests), or None for any other step."""
+    evenly over its requests; the draft's first pass over R x (k + 1 + slots) tokens, slots = 1 as vLLM 0.32's draft
+    model runs it), or None for any other step."""
     R = s["gen_requests"]
     if s["ctx_requests"] or not R or s["gen_tokens"] != R * (k + 1):
         return None
@@ -35,7 +36,7 @@ def parts(s: dict, k: int, tt, td) -> tuple[float, float] | None:
     n = np.full(R, k + 1.0)
     a = tt.time_at(R * (k + 1), tt.kv_of(n, ctx), count=False)
     one = np.ones(R)
-    d = td.time_at(R * (k + 1), td.kv_of(n, ctx), count=False) + \
+    d = td.time_at(R * (k + 1 + slots), td.kv_of(n + slots, ctx), count=False) + \
         sum(td.time_at(R, td.kv_of(one, ctx + k + 1 + j), count=False) for j in range(k - 1))
     return a, d
 
@@ -48,7 +49,7 @@ def host(plain: dict, tt) -> float:
     return float(np.median(r))
 
 
-def excess(runs: list[dict], fit: tuple) -> list[dict]:
+def excess(runs: list[dict], fit: tuple, slots: int = 0) -> list[dict]:
     tt, td = va.fit_tables(runs, fit)
     by = {(r["mode"], r["_file"].split("__")[1], r.get("block")): r for r in runs}
     out = []
@@ -56,7 +57,7 @@ def excess(runs: list[dict], fit: tuple) -> list[dict]:
         if not mode.startswith("draft") or ("plain", point, block) not in by:
             continue
         k, h = r["cfg"]["k"], host(by[("plain", point, block)], tt)
-        rows = [(s["time_s"] / h, *p) for s in r["steps"] if (p := parts(s, k, tt, td))]
+        rows = [(s["time_s"] / h, *p) for s in r["steps"] if (p := parts(s, k, tt, td, slots))]
         if len(rows) >= 5:
             m, a, d = map(np.array, zip(*rows))
             out.append({"k": k, "point": point, "block": block, "ratio": float(np.median(m / (a + d))),
@@ -70,12 +71,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--kv", choices=("context", "attended"), default="context")
     ap.add_argument("--monotone", action="store_true", help="isotonic tables (default: per-count medians as measured)")
+    ap.add_argument("--draft-pass", choices=("scheduled", "vllm"), default="scheduled",
+                    help="the draft's first pass over the scheduled tokens, or plus one new slot per request (vLLM "
+                         "0.32's draft model)")
     a = ap.parse_args()
-    res = excess(va.load_runs(a.out), ("token", a.monotone, "pooled", a.kv))
+    res = excess(va.load_runs(a.out), ("token", a.monotone, "pooled", a.kv), int(a.draft_pass == "vllm"))
     g = defaultdict(list)
     for e in res:
         g[(e["k"], e["point"])].append(e)
-    print(f"KV measure {a.kv}; per (k, point): median over blocks of measured / priced, excess s, steps")
+    print(f"KV measure {a.kv}; draft pass {a.draft_pass}; per (k, point): median over blocks of measured / priced, "
+          "excess s, steps")
     for key, es in sorted(g.items()):
         print(f"k{key[0]} {key[1]:6s} {np.median([e['ratio'] for e in es]):.3f}  "
               f"{np.median([e['excess_s'] for e in es]):+.4f} s  ({sum(e['steps'] for e in es)} steps, "
