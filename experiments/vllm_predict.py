@@ -123,7 +123,9 @@ def predict(run: dict, cfg: dict, target, draft=None, blocks: int | None = None,
     """Simulate the run (plain when cfg k is 0): throughput, TPOT p50, TTFT p50, and the steps each table priced
     outside its measured range. `draft_pass`: the draft's first pass over the scheduled tokens ("scheduled", the
     record's rule through session 22) or over them plus the method's new slots per request ("vllm": one for a draft
-    model, as vLLM 0.32 runs it; specsim.engine.engine_profiles.vllm_scheduler)."""
+    model, as vLLM 0.32 runs it; specsim.engine.engine_profiles.vllm_scheduler). The analysis passes "vllm" (its
+    default since session 23); the default here stays "scheduled" so the diagnosis scripts of sessions 12-22 that
+    call this reproduce what they committed."""
     if draft_pass not in DRAFT_PASS:
         raise ValueError(f"vllm_predict: draft_pass {draft_pass!r}; allowed: {', '.join(DRAFT_PASS)}")
     wl, order = workload(run, cfg)
