@@ -202,7 +202,7 @@ def block_csvs(out: Path, runs: list[dict], fit: tuple) -> None:
 
 def _scored(out: Path, runs: list[dict], tables, draft_pass: str = "scheduled") -> tuple[list[dict], list[dict]]:
     """(rows, points) with every grid run priced by `tables(run)` = (target table, draft table); `draft_pass` as
-    vllm_predict.predict takes it."""
+    vllm_predict.predict takes it (its default here: what the sessions 12-22 diagnoses calling this committed)."""
     preds = {}
     for r in runs:
         if r.get("mode") not in CAL.values():
@@ -278,8 +278,7 @@ def analyze(out: Path, dst: Path | None = None, blocks: list[str] | None = None,
     return res
 
 
-def _beside(out: Path, runs: list[dict], points: list[dict], res: dict, beside: dict, ref,
-            draft_pass: str = "scheduled") -> None:
+def _beside(out: Path, runs: list[dict], points: list[dict], res: dict, beside: dict, ref, draft_pass: str) -> None:
     """Each other way of pricing (name -> run -> tables) scored on the same runs: its summary in res[name], its
     predictions and errors on every point as name_pred_* / name_err_* (the plot draws them)."""
     for name, how in beside.items():

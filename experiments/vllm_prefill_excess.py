@@ -219,9 +219,8 @@ def main() -> None:
     for n, v in sorted(same_size(runs).items()):
         print(f"plain grid prefills of {n} tokens / the target calibration's chunks of {n}, same block: {_q(v)} blocks")
     alt = alternation(runs)
-    print(f"plain c1 decode steps taken in turn with the speculative run's / taken alone after it: median "
-          f"{np.median(alt):.3f} [p10 {np.percentile(alt, 10):.3f}, p90 {np.percentile(alt, 90):.3f}] over "
-          f"{len(alt)} blocks")
+    print(f"plain c1 decode steps taken in turn with the speculative run's / taken alone after it: median {_q(alt)} "
+          f"blocks")
 
 
 if __name__ == "__main__":
