@@ -1,7 +1,8 @@
 """Diagnosis, never a fit: how much dearer a speculative step is than its tables price it, against the plain run
 measured beside it in lockstep.
 
-    .venv/bin/python experiments/vllm_step_excess.py --out experiments/results/vllm_cpu_lockstep2 [--kv attended]
+    .venv/bin/python experiments/vllm_step_excess.py --out experiments/results/vllm_cpu_lockstep2 [--kv attended] \
+        [--probe experiments/results/vllm_lockstep_probe_c4]
 
 Why (issue 24, sessions 14-15, docs/validation.md): the speedup's errors are a bias (speculative steps cost more
 against the tables than the plain steps they are paired with). Here, per speculative grid run, its full decode steps
@@ -66,6 +67,39 @@ def excess(runs: list[dict], fit: tuple, slots: int = 0) -> list[dict]:
     return out
 
 
+def probe_ratios(probe: Path, tt, td, k: int, slots: int) -> list[str]:
+    """Median measured / priced per (engine, how) over a lockstep probe's full-size decode steps (experiments/
+    vllm_lockstep_probe.py): the speculative steps part by part as `parts`, plain decodes by the target's table, the
+    draft's decodes by the draft's. Then each speculative step against its parts at the probe's own host speed: the
+    target part times the verify-sized plain decode's ratio, the draft part times the draft's decode ratio (both
+    measured alone, without speculation, minutes apart)."""
+    import json
+    ratios, spec = defaultdict(list), defaultdict(list)
+    for f in sorted((probe / "runs").glob("*.json")):
+        mode, how = f.name.split("__")[:2]
+        for s in json.loads(f.read_text())["steps"]:
+            if s["ctx_requests"] or not s["gen_requests"]:
+                continue
+            if mode.startswith("draft"):
+                if s.get("drafts") == k * s["gen_requests"] and (p := parts(s, k, tt, td, slots)):
+                    ratios[(mode, how)].append(s["time_s"] / sum(p))
+                    spec[how].append((s["time_s"], *p))
+                continue
+            tab, R = (td if mode == "cal-draft" else tt), s["gen_requests"]
+            ratios[(mode, how)].append(s["time_s"] / tab.time_at(s["gen_tokens"], tab.kv_of(
+                np.ones(R), np.full(R, s["kv_ctx_tokens"] / R)), count=False))
+    med = {key: float(np.median(r)) for key, r in ratios.items()}
+    out = [f"probe {m} {h}: median measured / priced {med[(m, h)]:.3f} ({len(ratios[(m, h)])} steps)"
+           for m, h in sorted(med)]
+    fv, fd = med.get(("plain-verify", "alone")), med.get(("cal-draft", "alone"))
+    for how, rows in sorted(spec.items()):
+        if fv and fd:
+            m, a, d = map(np.array, zip(*rows))
+            out.append(f"probe speculative {how}: measured / (target part x {fv:.3f} + draft part x {fd:.3f}) "
+                       f"{np.median(m / (fv * a + fd * d)):.3f} ({len(m)} steps)")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -74,8 +108,14 @@ def main() -> None:
     ap.add_argument("--draft-pass", choices=("scheduled", "vllm"), default="scheduled",
                     help="the draft's first pass over the scheduled tokens, or plus one new slot per request (vLLM "
                          "0.32's draft model)")
+    ap.add_argument("--probe", type=Path, help="a vllm_lockstep_probe.py folder to price by the same tables")
+    ap.add_argument("--k", type=int, default=5, help="the probe's k")
     a = ap.parse_args()
-    res = excess(va.load_runs(a.out), ("token", a.monotone, "pooled", a.kv), int(a.draft_pass == "vllm"))
+    runs, fit, slots = va.load_runs(a.out), ("token", a.monotone, "pooled", a.kv), int(a.draft_pass == "vllm")
+    if a.probe:
+        print("\n".join(probe_ratios(a.probe, *va.fit_tables(runs, fit), a.k, slots)))
+        return
+    res = excess(runs, fit, slots)
     g = defaultdict(list)
     for e in res:
         g[(e["k"], e["point"])].append(e)
