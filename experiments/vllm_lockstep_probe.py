@@ -31,6 +31,12 @@ import vllm_blocks as vb  # noqa: E402
 import vllm_cpu as vc  # noqa: E402
 
 
+def _refuse(msg: str) -> None:
+    """Bad input: one line, exit 2."""
+    print(msg, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -44,15 +50,20 @@ def main() -> None:
     ap.add_argument("--with-draft", action="store_true", help="a third engine, the draft alone (the campaign's layout),"
                     " whose decode of the point runs alone beside the others'")
     a = ap.parse_args()
+    pts = {p["point"]: p for p in vc.grid_points(vc.OUTPUT_LEN) if "concurrency" in p}
+    if a.point not in pts:
+        _refuse(f"vllm_lockstep_probe: --point {a.point!r} is not a closed grid point ({', '.join(pts)})")
+    if a.k not in vc.KS:
+        _refuse(f"vllm_lockstep_probe: --k {a.k} is not a measured k ({', '.join(map(str, vc.KS))})")
+    pt = pts[a.point]
     if a.summarize:
-        return write_summary(a.out, sorted(str(f) for f in (a.out / "runs").glob("*.json")), a.k, a.point)
+        files = sorted(str(f) for f in (a.out / "runs").glob("*.json"))
+        if not files:
+            _refuse(f"vllm_lockstep_probe: no runs in {a.out / 'runs'} to summarize")
+        return write_summary(a.out, files, a.k, pt["concurrency"])
     os.environ["SPECSIM_PROBE_PARTS"] = "1"
     (a.out / "runs").mkdir(parents=True, exist_ok=True)
     mode = f"draft-k{a.k}"
-    pts = {p["point"]: p for p in vc.grid_points(vc.OUTPUT_LEN) if "concurrency" in p}
-    if a.point not in pts:
-        raise SystemExit(f"vllm_lockstep_probe: --point {a.point!r} is not a closed grid point ({', '.join(pts)})")
-    pt = pts[a.point]
     c_ver = pt["concurrency"] * (a.k + 1)
     ver = {"point": f"c{c_ver}", "concurrency": c_ver, "requests": c_ver, "output_len": pt["output_len"]}
     P = vb.Engine(a, a.out, "P", ["plain"], "plain")
@@ -82,13 +93,13 @@ def main() -> None:
         for e in (P, S, D):
             if e is not None:
                 e.close()
-    write_summary(a.out, files, a.k, a.point)
+    write_summary(a.out, files, a.k, pt["concurrency"])
 
 
-def write_summary(out: Path, files: list[str], k: int, point: str) -> None:
+def write_summary(out: Path, files: list[str], k: int, c: int) -> None:
     runs = [json.loads(Path(f).read_text()) | {"_how": Path(f).name.split("__")[1],
                                                   "_mode": Path(f).name.split("__")[0]} for f in files]
-    lines = summarize(runs, k, int(point.lstrip("c")))
+    lines = summarize(runs, k, c)
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

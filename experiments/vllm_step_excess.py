@@ -111,6 +111,10 @@ def main() -> None:
     ap.add_argument("--probe", type=Path, help="a vllm_lockstep_probe.py folder to price by the same tables")
     ap.add_argument("--k", type=int, default=5, help="the probe's k")
     a = ap.parse_args()
+    if a.probe and not any((a.probe / "runs").glob("*.json")):
+        print(f"vllm_step_excess: --probe {a.probe}: no runs in {a.probe / 'runs'} (a vllm_lockstep_probe.py folder)",
+              file=sys.stderr)
+        raise SystemExit(2)
     runs, fit, slots = va.load_runs(a.out), ("token", a.monotone, "pooled", a.kv), int(a.draft_pass == "vllm")
     if a.probe:
         print("\n".join(probe_ratios(a.probe, *va.fit_tables(runs, fit), a.k, slots)))

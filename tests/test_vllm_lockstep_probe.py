@@ -39,3 +39,15 @@ def test_summary_keeps_full_size_steps_only():
 def test_summary_says_when_no_step_is_full_size():
     lines = lp.summarize([_run("plain", "lockstep", [_step(0.1, 1)])], 5, 4)
     assert lines == ["plain lockstep: no full-size steps"]
+
+
+@pytest.mark.parametrize("args, said", [(["--point", "r0.1"], "is not a closed grid point"),
+                                        (["--k", "4"], "is not a measured k"),
+                                        ([], "no runs in")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, said):
+    monkeypatch.setattr(sys, "argv", ["vllm_lockstep_probe.py", "--out", str(tmp_path), "--summarize", *args])
+    with pytest.raises(SystemExit) as e:
+        lp.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]

@@ -52,3 +52,12 @@ def test_probe_ratios_split_the_host_from_the_step(tmp_path):
     assert lines[-2] == "probe speculative alone: measured / (target part x 2.000 + draft part x 0.500) 1.000 (3 steps)"
     assert lines[-1].endswith(" 1.100 (3 steps)")
     assert np.isclose(a, 0.01 * 24) and np.isclose(d, 0.002 * (28 + 4 * 4))
+
+
+def test_a_probe_folder_without_runs_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["vllm_step_excess.py", "--out", str(tmp_path), "--probe", str(tmp_path)])
+    with pytest.raises(SystemExit) as e:
+        se.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no runs in" in err[0]
