@@ -96,9 +96,14 @@ def main() -> None:
     write_summary(a.out, files, a.k, pt["concurrency"])
 
 
+def run_name(path: Path) -> tuple[str, str]:
+    """(mode, how) of a probe's run file, named MODE__HOW__rN.json."""
+    mode, how = Path(path).name.split("__")[:2]
+    return mode, how
+
+
 def write_summary(out: Path, files: list[str], k: int, c: int) -> None:
-    runs = [json.loads(Path(f).read_text()) | {"_how": Path(f).name.split("__")[1],
-                                                  "_mode": Path(f).name.split("__")[0]} for f in files]
+    runs = [json.loads(Path(f).read_text()) | dict(zip(("_mode", "_how"), run_name(f))) for f in files]
     lines = summarize(runs, k, c)
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -16,6 +16,7 @@ priced and the excess in seconds, and a least-squares split measured = a x targe
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_analyze as va  # noqa: E402
+import vllm_lockstep_probe as lp  # noqa: E402  (its run files' naming; imports no vLLM)
 
 
 def parts(s: dict, k: int, tt, td, slots: int = 0) -> tuple[float, float] | None:
@@ -42,12 +44,17 @@ def parts(s: dict, k: int, tt, td, slots: int = 0) -> tuple[float, float] | None
     return a, d
 
 
+def decode_ratio(s: dict, tab) -> float:
+    """A plain decode step's measured / priced (its logged context spread evenly over its requests)."""
+    R = s["gen_requests"]
+    return s["time_s"] / tab.time_at(s["gen_tokens"], tab.kv_of(np.ones(R), np.full(R, s["kv_ctx_tokens"] / R)),
+                                     count=False)
+
+
 def host(plain: dict, tt) -> float:
     """Median measured / priced over the paired plain run's decode steps."""
-    r = [s["time_s"] / tt.time_at(s["gen_tokens"], tt.kv_of(np.ones(s["gen_requests"]), np.full(
-        s["gen_requests"], s["kv_ctx_tokens"] / s["gen_requests"])), count=False)
-         for s in plain["steps"] if not s["ctx_requests"] and s["gen_requests"]]
-    return float(np.median(r))
+    return float(np.median([decode_ratio(s, tt) for s in plain["steps"]
+                            if not s["ctx_requests"] and s["gen_requests"]]))
 
 
 def excess(runs: list[dict], fit: tuple, slots: int = 0) -> list[dict]:
@@ -73,10 +80,9 @@ def probe_ratios(probe: Path, tt, td, k: int, slots: int) -> list[str]:
     draft's decodes by the draft's. Then each speculative step against its parts at the probe's own host speed: the
     target part times the verify-sized plain decode's ratio, the draft part times the draft's decode ratio (both
     measured alone, without speculation, minutes apart)."""
-    import json
     ratios, spec = defaultdict(list), defaultdict(list)
     for f in sorted((probe / "runs").glob("*.json")):
-        mode, how = f.name.split("__")[:2]
+        mode, how = lp.run_name(f)
         for s in json.loads(f.read_text())["steps"]:
             if s["ctx_requests"] or not s["gen_requests"]:
                 continue
@@ -85,18 +91,15 @@ def probe_ratios(probe: Path, tt, td, k: int, slots: int) -> list[str]:
                     ratios[(mode, how)].append(s["time_s"] / sum(p))
                     spec[how].append((s["time_s"], *p))
                 continue
-            tab, R = (td if mode == "cal-draft" else tt), s["gen_requests"]
-            ratios[(mode, how)].append(s["time_s"] / tab.time_at(s["gen_tokens"], tab.kv_of(
-                np.ones(R), np.full(R, s["kv_ctx_tokens"] / R)), count=False))
+            ratios[(mode, how)].append(decode_ratio(s, td if mode == "cal-draft" else tt))
     med = {key: float(np.median(r)) for key, r in ratios.items()}
     out = [f"probe {m} {h}: median measured / priced {med[(m, h)]:.3f} ({len(ratios[(m, h)])} steps)"
            for m, h in sorted(med)]
     fv, fd = med.get(("plain-verify", "alone")), med.get(("cal-draft", "alone"))
-    for how, rows in sorted(spec.items()):
-        if fv and fd:
-            m, a, d = map(np.array, zip(*rows))
-            out.append(f"probe speculative {how}: measured / (target part x {fv:.3f} + draft part x {fd:.3f}) "
-                       f"{np.median(m / (fv * a + fd * d)):.3f} ({len(m)} steps)")
+    for how, rows in (sorted(spec.items()) if fv and fd else []):
+        m, a, d = map(np.array, zip(*rows))
+        out.append(f"probe speculative {how}: measured / (target part x {fv:.3f} + draft part x {fd:.3f}) "
+                   f"{np.median(m / (fv * a + fd * d)):.3f} ({len(m)} steps)")
     return out
 
 
